@@ -1,0 +1,93 @@
+"""Input validation shared by the public functions.
+
+Every public function funnels its arguments through these helpers, so a bad argument gets the
+same clear message wherever it enters: the message names the parameter and what was wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+__all__ = ["as_float_array", "check_eps", "check_axis", "check_affine"]
+
+
+def _is_float_dtype(dtype: np.dtype) -> bool:
+    # ml_dtypes' bfloat16 has kind "V", so np.issubdtype(..., np.floating) misses it;
+    # a registered finfo is what marks a real floating format.
+    if dtype.kind == "f":
+        return True
+    try:
+        import ml_dtypes
+
+        ml_dtypes.finfo(dtype)
+    except (ImportError, TypeError, ValueError):
+        return False
+    return dtype.kind == "V"
+
+
+def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
+    """Return ``(array, output_dtype)`` for numeric input ``x``.
+
+    Floating and complex input keep their dtype for the output; integer input is computed and
+    returned in float64. Booleans, strings and objects are rejected with ``TypeError``.
+    """
+    arr = np.asarray(x)
+    dtype = arr.dtype
+    if _is_float_dtype(dtype) or dtype.kind == "c":
+        return arr, dtype
+    if dtype.kind in "iu":
+        return arr.astype(np.float64), np.dtype(np.float64)
+    raise TypeError(
+        f"{name} must be numeric (integer, floating or complex); got dtype {dtype}"
+    )
+
+
+def check_eps(eps) -> float:
+    """Return ``eps`` as a Python float after checking that it is real, finite and >= 0."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number; got {type(eps).__name__} {eps!r}")
+    value = float(eps)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"eps must be finite; got {value!r}")
+    if value < 0:
+        raise ValueError(f"eps must be >= 0; got {value!r}")
+    return value
+
+
+def check_axis(arr: np.ndarray, axis) -> int:
+    """Normalize ``axis`` (numpy's ``AxisError`` if out of range) and reject an empty axis."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"axis must be a single integer; got {axis!r}")
+    axis = normalize_axis_index(int(axis), arr.ndim)
+    if arr.shape[axis] == 0:
+        raise ValueError(
+            f"the normalized axis {axis} of x (shape {arr.shape}) is empty: "
+            "a mean over no numbers is undefined"
+        )
+    return axis
+
+
+def check_affine(param, name: str, arr: np.ndarray, axis: int) -> np.ndarray | None:
+    """Return ``param`` (gamma or beta) shaped to broadcast along ``axis``, or None.
+
+    A scalar applies to every feature; otherwise ``param`` must have shape ``(d,)`` where d is
+    the length of the normalized axis.
+    """
+    if param is None:
+        return None
+    p, _ = as_float_array(param, name)
+    d = arr.shape[axis]
+    if p.ndim == 0:
+        return p
+    if p.shape != (d,):
+        raise ValueError(
+            f"{name} must be a scalar or have shape ({d},) to match the normalized axis "
+            f"of x (shape {arr.shape}, axis {axis}); got {name} of shape {p.shape}"
+        )
+    shape = [1] * arr.ndim
+    shape[axis] = d
+    return p.reshape(shape)
