@@ -16,7 +16,8 @@ export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export MPLBACKEND := agg
 
-.PHONY: book test notebooks serve clean
+.PHONY: book test notebooks serve lab bench clean
+NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
 $(STAMP): requirements.txt pyproject.toml
@@ -36,11 +37,19 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 notebooks: $(STAMP)
-	$(BIN)/python tools/run_notebooks.py book/*.ipynb
+	$(BIN)/python tools/run_notebooks.py $(NB)
 
 serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html 8000
+
+# JupyterLab stays out of requirements.txt: it is for people, not for the build.
+lab: $(STAMP)
+	@test -x $(BIN)/jupyter-lab || $(BIN)/python -m pip install --quiet --disable-pip-version-check jupyterlab
+	$(BIN)/jupyter-lab book
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf _build

@@ -2,8 +2,28 @@
 
 The package behind the book: short, pure NumPy functions, each one formula, that the notebooks
 import and the tests check against closed forms and the seeds' numbers.
+
+Numeric functions are importable from ``lneps`` directly. The SymPy derivations
+(``lneps.symbolic``), the response family (``lneps.response``) and the framework defaults
+(``lneps.defaults``) are submodules, loaded on first use so ``import lneps`` stays light.
 """
 
-from .norms import batch_norm, layer_norm, rms_norm
+import importlib
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm"]
+from .jacobian import *  # noqa: F403
+from .jacobian import __all__ as _jacobian_all
+from .norms import batch_norm, layer_norm, rms_norm
+from .precision import *  # noqa: F403
+from .precision import __all__ as _precision_all
+from .softmax import *  # noqa: F403
+from .softmax import __all__ as _softmax_all
+
+_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report")
+
+__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_precision_all, *_softmax_all]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'lneps' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Placeholder: filled in by the chapter that needs it."""
