@@ -10,11 +10,14 @@ STAMP := $(VENV)/.installed
 # the pins. Jupyter Book's cache keys on code cells only, so a change here clears _build.
 INPUTS_HASH = $(shell cat requirements.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
+# Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
+# before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
+BOOK_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 
 # The kernel inherits these: fixed hash seed (set ordering) and the venv's kernelspec first.
 export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
-export MPLBACKEND := agg
 
 .PHONY: book test notebooks serve lab bench clean
 NB ?= book/*.ipynb
@@ -30,6 +33,13 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	@if [ "$$(cat _build/.inputs-hash 2>/dev/null)" != "$(INPUTS_HASH)" ]; then \
 		echo "src/ or the pins changed: building from scratch"; rm -rf _build; fi
+	@# Skipped (0.6 s) when no notebook changed since the last fill; the stamp is made before
+	@# the run, so an edit during it is seen next time. myst-nb executes whatever is missed.
+	@mkdir -p _build; if [ ! -f _build/.prefilled ] || [ -n "$$(find $(BOOK_NOTEBOOKS) -newer _build/.prefilled)" ]; then \
+		touch _build/.prefilling; \
+		echo "$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) book/*.ipynb"; \
+		$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) $(BOOK_NOTEBOOKS) \
+		&& mv _build/.prefilling _build/.prefilled; fi
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "$(INPUTS_HASH)" > _build/.inputs-hash
 
@@ -43,13 +53,23 @@ serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html 8000
 
-# JupyterLab stays out of requirements.txt: it is for people, not for the build.
+# JupyterLab stays out of requirements.txt: it is for people, not for the build. The first
+# `make lab` installs it into .venv, pinned, with requirements.txt as constraints so none of
+# the book's pinned packages moves (a rebuilt .venv drops it; the next `make lab` reinstalls
+# it). The book's own notebooks are marked trusted, so their stored outputs, the chapter 1
+# slider among them, run their scripts before anything is re-executed.
+JUPYTERLAB_VERSION := 4.6.6
 lab: $(STAMP)
-	@test -x $(BIN)/jupyter-lab || $(BIN)/python -m pip install --quiet --disable-pip-version-check jupyterlab
-	$(BIN)/jupyter-lab book
+	@test -x $(BIN)/jupyter-lab || $(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-c requirements.txt jupyterlab==$(JUPYTERLAB_VERSION)
+	$(BIN)/jupyter-trust $(NB)
+	$(BIN)/jupyter-lab --ServerApp.root_dir=book $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# Times setup, builds and tests in a copy of this tree (bench/tmp/), so _build here is left
+# alone; prints the table and writes bench/results.json. BENCH_SKIP_SETUP=1 skips the
+# fresh-venv install (about a minute).
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(if $(filter 1 yes true,$(BENCH_SKIP_SETUP)),--skip-setup)
 
 clean:
 	rm -rf _build

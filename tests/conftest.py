@@ -1,6 +1,10 @@
+import functools
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,16 +13,63 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+# The book build takes about as long as nbval's run over the notebooks, and each runs one
+# kernel at a time: so when a test that needs the build is selected, `make book` starts in
+# the background right after collection, and the tests that use the build run last. On 2
+# cores the build then overlaps the unit tests and nbval instead of following them.
+_BUILD: dict = {}
+
+
+@functools.cache
+def _names_built_book(path: str) -> bool:
+    return path.endswith(".py") and "built_book" in Path(path).read_text()
+
+
+def _uses_build(item) -> bool:
+    """The item takes built_book, or its module asks for it by name (getfixturevalue)."""
+    return "built_book" in getattr(item, "fixturenames", ()) or _names_built_book(str(item.fspath))
+
+
+def _start_build():
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "book"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, so that it can be stopped whole
+    )
+    _BUILD.update(proc=proc, log=log)
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: start only a build that is needed
+def pytest_collection_modifyitems(session, config, items):
+    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    late = [item for item in items if _uses_build(item)]
+    items[:] = [item for item in items if item not in late] + late
+    # Start early only a build that will surely be used; others start on first request.
+    if any("built_book" in getattr(item, "fixturenames", ()) for item in late):
+        _start_build()
+
+
+def pytest_sessionfinish(session):
+    proc = _BUILD.get("proc")
+    if proc is not None and proc.poll() is None:  # interrupted: leave no build running
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def built_book():
     """Run the book build exactly as `make book` does; return (exit code, output)."""
-    proc = subprocess.run(
-        ["make", "--no-print-directory", "book"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    if "proc" not in _BUILD:
+        _start_build()
+    code = _BUILD["proc"].wait()
+    log = _BUILD["log"]
+    log.seek(0)
+    return code, log.read()
 
 
 SPHINX_WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")

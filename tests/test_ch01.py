@@ -88,3 +88,31 @@ def test_the_seed_printout_is_reproduced_character_for_character():
 
 def test_row_versus_column(g):
     assert g["bn_moved"] > 0.1
+
+
+def test_the_scale_sweep_is_a_numbered_figure_with_a_caption():
+    from notebooks import read
+
+    nb = read(NB)
+    stored = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+        if o.get("metadata", {}).get("scrapbook", {}).get("name") == "fig_scale_sweep"
+    ]
+    assert len(stored) == 1
+    assert "application/papermill.record/image/png" in stored[0]["data"]
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "```{glue:figure} fig_scale_sweep\n:name: fig-ch1-scale-sweep\n\nThe largest" in markdown
+    assert markdown.count("{numref}`fig-ch1-scale-sweep`") == 2
+
+
+def test_try_it_asks_first_then_answers_in_a_dropdown():
+    from notebooks import read
+
+    cells = read(NB).cells
+    kinds = [(c.cell_type, c.source) for c in cells]
+    ask = next(i for i, (t, s) in enumerate(kinds) if t == "markdown" and "## Try it" in s)
+    show = next(i for i, (t, s) in enumerate(kinds) if t == "code" and "token_slider(" in s)
+    answer = next(i for i, (t, s) in enumerate(kinds)
+                  if t == "markdown" and "{dropdown} Answer" in s and "slider_flip" in s)
+    assert ask < show < answer
+    assert "**Predict first.**" in kinds[ask][1] and "is there any setting" in kinds[ask][1]

@@ -141,3 +141,79 @@ def test_a_bad_row_never_changes_another_row(fn, bad_value):
     np.testing.assert_array_equal(np.delete(y, 2, axis=0), np.delete(clean, 2, axis=0))
     if not np.isfinite(bad_value):
         assert not np.all(np.isfinite(y[2]))
+
+
+# --- compute_dtype: the accurate default and the faithful low-precision path -----------------
+
+import ml_dtypes  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32])
+@pytest.mark.parametrize("fn", [lneps.layer_norm, lneps.rms_norm])
+def test_low_precision_input_keeps_its_dtype_on_every_path(fn, dtype):
+    x = np.random.default_rng(4).normal(size=(3, 8)).astype(dtype)
+    for compute_dtype in (None, np.float16, BF16, np.float32, np.float64):
+        assert fn(x, compute_dtype=compute_dtype).dtype == np.dtype(dtype)
+
+
+def test_compute_dtype_float64_agrees_with_the_default():
+    # Same two-pass formula, explicit pairwise sums instead of np.mean: equal to rounding.
+    x = np.random.default_rng(5).normal(3.0, 2.0, size=(6, 33))
+    np.testing.assert_allclose(lneps.layer_norm(x, compute_dtype=np.float64), lneps.layer_norm(x), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(lneps.rms_norm(x, compute_dtype=np.float64), lneps.rms_norm(x), rtol=1e-13)
+
+
+def test_float16_compute_rounds_eps_too_so_a_constant_row_gives_nan():
+    row = np.full(16, 3.0, dtype=np.float16)
+    assert np.all(np.isnan(lneps.layer_norm(row, eps=1e-12, compute_dtype=np.float16)))
+    # eps kept in float (the default, and float32 compute): 0 / sqrt(1e-12) = 0.
+    assert np.all(lneps.layer_norm(row, eps=1e-12) == 0)
+    assert np.all(lneps.layer_norm(row, eps=1e-12, compute_dtype=np.float32) == 0)
+    # bfloat16 keeps 1e-12 (its range is float32's): no NaN.
+    assert np.all(lneps.layer_norm(row.astype(BF16), eps=1e-12, compute_dtype=BF16) == 0)
+    assert np.all(np.isnan(lneps.rms_norm(np.zeros(8, np.float16), eps=1e-12, compute_dtype=np.float16)))
+
+
+def test_float16_compute_squares_past_65504_to_inf_and_the_row_collapses_to_zero():
+    # |x - mu| = 300 > 256: 300**2 = 90000 > 65504 is inf in float16; v / sqrt(inf) = 0.
+    x = np.array([-300.0, 300.0, -300.0, 300.0], dtype=np.float16)
+    y = lneps.layer_norm(x, compute_dtype=np.float16)
+    assert np.all(y == 0)
+    np.testing.assert_allclose(lneps.layer_norm(x).astype(np.float64), [-1, 1, -1, 1], rtol=1e-3)
+
+
+def test_float16_compute_accumulates_in_float16():
+    # 100 copies of 1000: the float16 sum passes 65504 and overflows; np.mean would not.
+    x = np.full(100, 1000.0, dtype=np.float16)
+    assert np.all(np.isnan(lneps.layer_norm(x, compute_dtype=np.float16)))
+    assert np.all(lneps.layer_norm(x) == 0)
+
+
+def test_gamma_and_beta_are_applied_in_the_compute_dtype():
+    x = np.random.default_rng(6).normal(size=(5, 12)).astype(np.float16)
+    gamma = np.random.default_rng(7).normal(size=12)
+    beta = np.random.default_rng(8).normal(size=12)
+    u16 = lneps.layer_norm(x, compute_dtype=np.float16)
+    want = u16 * gamma.astype(np.float16) + beta.astype(np.float16)
+    np.testing.assert_array_equal(lneps.layer_norm(x, gamma, beta, compute_dtype=np.float16), want)
+
+
+@pytest.mark.parametrize("bad", ["float17", "int32", np.int64, complex, bool, "V8"])
+def test_a_compute_dtype_that_is_not_a_real_float_is_a_type_error(bad):
+    for fn in (lneps.layer_norm, lneps.rms_norm):
+        with pytest.raises(TypeError, match="compute_dtype"):
+            fn(np.ones(4, np.float16), compute_dtype=bad)
+
+
+def test_complex_input_with_a_compute_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="compute_dtype"):
+        lneps.layer_norm(np.ones(3, complex), compute_dtype=np.float32)
+
+
+@pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16", np.dtype(np.float32)])
+def test_compute_dtype_accepts_names_and_dtype_objects(compute_dtype):
+    x = np.array([2.0, 4.0, 6.0, 8.0], dtype=np.float32)
+    y = lneps.layer_norm(x, compute_dtype=compute_dtype)
+    np.testing.assert_allclose(y, [-1.342, -0.447, 0.447, 1.342], atol=0.01)

@@ -1,13 +1,27 @@
-"""Execute notebooks in place, top to bottom, in one fresh kernel each (``make notebooks``).
+"""Execute notebooks: in place (``make notebooks``), or into the book's cache (``make book``).
 
-Timing metadata is not recorded, so re-running an unchanged notebook leaves git clean.
+In place: top to bottom, in one fresh kernel each. Timing metadata is not recorded, so
+re-running an unchanged notebook leaves git clean.
+
+``--cache DIR --jobs N``: execute, N at a time, the notebooks whose code has no entry in the
+jupyter-cache at DIR, and store them there exactly as myst-nb's ``execute_notebooks: cache``
+mode would (same jupyter-cache worker, same cwd, timeout and allow_errors, read from
+_config.yml). Sphinx then finds every notebook cached and only renders. This is how the book
+executes notebooks in parallel: Sphinx's own ``-j`` falls back to a serial read (and warns,
+which fails a -W build) because sphinx-multitoc-numbering, which Jupyter Book loads, does not
+declare itself parallel-safe. Each notebook still runs alone in its own fresh kernel, so the
+outputs do not depend on N.
 """
 
+import argparse
+import multiprocessing
 import sys
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(path: Path) -> None:
@@ -23,7 +37,74 @@ def run(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def execute_settings(config: Path) -> dict:
+    """The ``execute:`` block of _config.yml, with Jupyter Book's defaults."""
+    import yaml
+
+    block = (yaml.safe_load(config.read_text()) or {}).get("execute") or {}
+    return {
+        "mode": block.get("execute_notebooks", "auto"),
+        "timeout": block.get("timeout", 30),
+        "allow_errors": block.get("allow_errors", False),
+        "run_in_temp": block.get("run_in_temp", False),
+        "exclude": block.get("exclude_patterns", []),
+    }
+
+
+def fill_cache(paths: list[Path], cache_dir: Path, jobs: int, config: Path) -> int:
+    """Execute the uncached notebooks among ``paths`` into the cache; return an exit code."""
+    from fnmatch import fnmatch
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.executors import basic
+
+    settings = execute_settings(config)
+    if settings["mode"] != "cache":
+        print(f"execute_notebooks is {settings['mode']!r}, not 'cache': nothing to prefill")
+        return 0
+    paths = [p for p in paths if not any(fnmatch(str(p), pat) for pat in settings["exclude"])]
+    cache = get_cache(str(cache_dir))
+    # myst-nb names a notebook by its absolute path; matching is by code-cell hash anyway.
+    uris = [str(p.resolve()) for p in paths]
+    for uri in uris:
+        cache.add_nb_to_project(uri)
+    todo = cache.list_unexecuted(filter_uris=uris)
+    if not todo:
+        return 0
+    worker = basic.ExecutionWorkerTempMProc() if settings["run_in_temp"] else basic.ExecutionWorkerLocalMProc()
+    tasks = [
+        basic.ProcessData(r.pk, r.uri, cache, settings["timeout"], settings["allow_errors"])
+        for r in todo
+    ]
+    jobs = max(1, min(jobs, len(tasks)))
+    print(f"executing {len(tasks)} notebook(s), {jobs} at a time", flush=True)
+    if jobs == 1:
+        results = [worker(t) for t in tasks]
+    else:
+        # fork: the workers inherit the environment (PYTHONHASHSEED, MPLBACKEND, ...) as is.
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            results = pool.map(worker, tasks, chunksize=1)
+    failed = [uri for code, uri in results if code != 0]
+    for uri in failed:
+        record = cache.get_project_record(uri)
+        print(f"\nexecuting {uri} failed:\n{record.traceback or '(no traceback stored)'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--cache", type=Path, help="fill this jupyter-cache instead of writing the notebooks")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at a time (with --cache)")
+    parser.add_argument("--config", type=Path, default=ROOT / "_config.yml")
+    args = parser.parse_args(argv)
+    if args.cache is not None:
+        return fill_cache(args.notebooks, args.cache, args.jobs, args.config)
+    for path in args.notebooks:
+        print(f"executing {path}", flush=True)
+        run(path)
+    return 0
+
+
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        print(f"executing {arg}", flush=True)
-        run(Path(arg))
+    sys.exit(main())

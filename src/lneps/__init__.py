@@ -4,8 +4,10 @@ The package behind the book: short, pure NumPy functions, each one formula, that
 import and the tests check against closed forms and the seeds' numbers.
 
 Numeric functions are importable from ``lneps`` directly. The SymPy derivations
-(``lneps.symbolic``), the response family (``lneps.response``) and the framework defaults
-(``lneps.defaults``) are submodules, loaded on first use so ``import lneps`` stays light.
+(``lneps.symbolic``), the response family (``lneps.response``), the framework defaults
+(``lneps.defaults``), floating-point formats and rounded arithmetic (``lneps.precision``)
+and the chapter-1 slider (``lneps.slider``) are submodules, loaded on first use so that
+``import lneps`` stays light.
 """
 
 import importlib
@@ -13,14 +15,12 @@ import importlib
 from .jacobian import *  # noqa: F403
 from .jacobian import __all__ as _jacobian_all
 from .norms import batch_norm, layer_norm, rms_norm
-from .precision import *  # noqa: F403
-from .precision import __all__ as _precision_all
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report")
+_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report", "slider")
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_precision_all, *_softmax_all]
+__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all]
 
 
 def __getattr__(name):

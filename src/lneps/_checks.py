@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-__all__ = ["as_float_array", "check_eps", "check_axis", "check_affine"]
+__all__ = ["as_float_array", "check_eps", "check_axis", "check_affine", "check_float_dtype"]
 
 
 def _is_float_dtype(dtype: np.dtype) -> bool:
@@ -91,3 +91,22 @@ def check_affine(param, name: str, arr: np.ndarray, axis: int) -> np.ndarray | N
     shape = [1] * arr.ndim
     shape[axis] = d
     return p.reshape(shape)
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """Return ``dtype`` as a real floating ``np.dtype`` (float16, bfloat16, float32, float64, ...).
+
+    An unknown name is a ``TypeError``, and so is a dtype that is not a real floating format
+    (integer, complex, bool): arithmetic "rounded to dtype" means nothing for those.
+    """
+    if dtype is None:
+        raise TypeError(f"{name} must be a floating dtype; got None")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be a floating dtype; {dtype!r} is not a dtype ({exc})") from None
+    if not _is_float_dtype(dt):
+        raise TypeError(
+            f"{name} must be a real floating dtype (e.g. float16, bfloat16, float32); got {dt}"
+        )
+    return dt

@@ -1,1 +1,304 @@
-"""Placeholder: filled in by the chapter that needs it."""
+r"""The response of layer normalization to the input family :math:`(-t, 0, t)`.
+
+For :math:`z = (-t, 0, t)` the mean is 0, :math:`v = z` and :math:`q = 2t^2/3`, so the third
+coordinate of the normalized core :math:`u_\varepsilon(z) = v/\sqrt{q+\varepsilon}` is
+
+.. math::
+
+    h_\varepsilon(t) = \frac{t}{\sqrt{2t^2/3 + \varepsilon}}, \qquad
+    h'_\varepsilon(t) = \frac{\varepsilon}{(2t^2/3 + \varepsilon)^{3/2}} .
+
+SymPy derives both from the definition (nothing here types them in), together with the limits
+:math:`\pm\sqrt{3/2}` and the peak sensitivity :math:`h'_\varepsilon(0) = \varepsilon^{-1/2}`.
+The numeric functions draw the two-panel figure of seed 000: the response is computed by
+:func:`lneps.layer_norm` itself, the sensitivity from the derived closed form. Gains are 1 and
+biases 0 throughout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import matplotlib as mpl
+import matplotlib.style
+import numpy as np
+import sympy as sp
+from matplotlib.figure import Figure
+
+from ._checks import as_float_array, check_eps
+from .norms import layer_norm
+
+__all__ = [
+    "T",
+    "EPSILON",
+    "family_statistics",
+    "family_core",
+    "derive_response",
+    "derive_sensitivity",
+    "response_limits",
+    "peak_sensitivity",
+    "tail_coefficient",
+    "F",
+    "derive_saturation_point",
+    "saturation_point",
+    "scaling_residuals",
+    "core_velocity_at_zero",
+    "family",
+    "response",
+    "sensitivity",
+    "EPS_VALUES",
+    "T_MAX",
+    "N_POINTS",
+    "FIGURE_NAME",
+    "FIGSIZE",
+    "DPI",
+    "TITLE",
+    "response_figure",
+    "save_response_figure",
+]
+
+#: The family parameter and the epsilon of the derivations (eps > 0: the family's t = 0 is a
+#: constant input, where the core is defined only because eps is positive).
+T = sp.Symbol("t", real=True)
+EPSILON = sp.Symbol("epsilon", positive=True)
+
+
+@functools.cache
+def family_statistics() -> tuple[sp.Expr, tuple[sp.Expr, ...], sp.Expr]:
+    r"""``(mu, v, q)`` of :math:`z = (-t, 0, t)`, built from the three coordinates.
+
+    :math:`\mu = \frac13\sum_i z_i`, :math:`v = z - \mu\mathbf 1`,
+    :math:`q = \frac13\sum_i v_i^2` (biased: divisor d = 3).
+    """
+    z = (-T, sp.Integer(0), T)
+    d = len(z)
+    mu = sp.Add(*z) / d
+    v = tuple(zi - mu for zi in z)
+    q = sp.Add(*(vi**2 for vi in v)) / d
+    return mu, v, q
+
+
+@functools.cache
+def family_core() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    r"""The normalized core :math:`u_\varepsilon(-t, 0, t) = v/\sqrt{q+\varepsilon}`."""
+    _, v, q = family_statistics()
+    return tuple(vi / sp.sqrt(q + EPSILON) for vi in v)
+
+
+@functools.cache
+def derive_response() -> sp.Expr:
+    r""":math:`h_\varepsilon(t)`: the third coordinate of the core of :math:`(-t, 0, t)`."""
+    return family_core()[2]
+
+
+@functools.cache
+def derive_sensitivity() -> sp.Expr:
+    r""":math:`h'_\varepsilon(t) = \varepsilon/(2t^2/3+\varepsilon)^{3/2}`, derived.
+
+    SymPy differentiates :math:`h_\varepsilon`; the result is written over the power
+    :math:`(q+\varepsilon)^{3/2}` that the quotient rule produces, with the numerator left
+    for SymPy to simplify (it finds :math:`\varepsilon`).
+    """
+    dh = sp.diff(derive_response(), T)
+    power = (family_statistics()[2] + EPSILON) ** sp.Rational(3, 2)
+    return sp.simplify(dh * power) / power
+
+
+@functools.cache
+def response_limits() -> tuple[sp.Expr, sp.Expr]:
+    r"""``(lim_{t->-oo} h, lim_{t->+oo} h)``: :math:`\mp\sqrt{3/2}`, by ``sympy.limit``."""
+    h = derive_response()
+    return sp.limit(h, T, -sp.oo), sp.limit(h, T, sp.oo)
+
+
+@functools.cache
+def peak_sensitivity() -> sp.Expr:
+    r""":math:`h'_\varepsilon(0) = \varepsilon^{-1/2}`: the slope at the constant input."""
+    return sp.simplify(derive_sensitivity().subs(T, 0))
+
+
+@functools.cache
+def tail_coefficient() -> sp.Expr:
+    r""":math:`\lim_{t\to\infty} t^3 h'_\varepsilon(t) = (3/2)^{3/2}\varepsilon`.
+
+    Far from the constant input the sensitivity decays like :math:`|t|^{-3}` with a factor
+    proportional to :math:`\varepsilon`: there a smaller epsilon is the *less* sensitive one.
+    """
+    return sp.limit(T**3 * derive_sensitivity(), T, sp.oo)
+
+
+#: The fraction of the limit used to measure how fast the response saturates.
+F = sp.Symbol("f", positive=True)
+
+
+@functools.cache
+def derive_saturation_point() -> sp.Expr:
+    r"""The :math:`t > 0` where :math:`h_\varepsilon(t) = f\sqrt{3/2}`, for :math:`0 < f < 1`.
+
+    SymPy solves :math:`h_\varepsilon(t) = f \lim_{t\to\infty} h_\varepsilon`; the answer
+    is :math:`f\sqrt{3\varepsilon/2}/\sqrt{1-f^2}`, proportional to :math:`\sqrt\varepsilon`.
+    """
+    t_pos = sp.Symbol("t", positive=True)
+    h = derive_response().subs(T, t_pos)
+    (root,) = sp.solve(sp.Eq(h, F * response_limits()[1]), t_pos)
+    return sp.simplify(root)
+
+
+def saturation_point(fraction: float, eps: float) -> float:
+    """Numeric :func:`derive_saturation_point`: where the response reaches ``fraction`` of its limit."""
+    eps = check_eps(eps)
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1); got {fraction!r}")
+    return float(derive_saturation_point().subs({F: fraction, EPSILON: eps}))
+
+
+@functools.cache
+def scaling_residuals() -> tuple[sp.Expr, sp.Expr]:
+    r"""Residuals of :math:`h_\varepsilon(\sqrt\varepsilon s) = h_1(s)` and
+    :math:`\sqrt\varepsilon\,h'_\varepsilon(\sqrt\varepsilon s) = h'_1(s)`, simplified.
+
+    Both are 0: every curve is the :math:`\varepsilon = 1` curve with t stretched by
+    :math:`\sqrt\varepsilon` (and the sensitivity raised by :math:`\varepsilon^{-1/2}`).
+    """
+    s = sp.Symbol("s", real=True)
+    h, dh = derive_response(), derive_sensitivity()
+    root = sp.sqrt(EPSILON)
+    return (
+        sp.simplify(h.subs(T, root * s) - h.subs({EPSILON: 1}).subs(T, s)),
+        sp.simplify(root * dh.subs(T, root * s) - dh.subs({EPSILON: 1}).subs(T, s)),
+    )
+
+
+@functools.cache
+def core_velocity_at_zero() -> sp.Matrix:
+    r""":math:`\frac{d}{dt}u_\varepsilon(-t, 0, t)` at :math:`t = 0`: :math:`(-1, 0, 1)/\sqrt\varepsilon`.
+
+    The family leaves the constant input along the centered direction :math:`(-1, 0, 1)`, so
+    this is the Jacobian :math:`P/\sqrt\varepsilon` applied to that direction.
+    """
+    return sp.Matrix([sp.simplify(sp.diff(c, T).subs(T, 0)) for c in family_core()])
+
+
+@functools.cache
+def _sensitivity_function():
+    # Lambdified once per process: the derivation is the expensive part.
+    return sp.lambdify((T, EPSILON), derive_sensitivity(), modules="numpy")
+
+
+def _real_t(t) -> np.ndarray:
+    arr, _ = as_float_array(t, "t")
+    if np.iscomplexobj(arr):
+        raise TypeError("t must be real")
+    return arr.astype(np.float64)
+
+
+def family(t) -> np.ndarray:
+    """The inputs :math:`(-t, 0, t)`, one row per value of ``t``: shape ``t.shape + (3,)``."""
+    arr = _real_t(t)
+    return np.stack([-arr, np.zeros_like(arr), arr], axis=-1)
+
+
+def response(t, eps: float) -> np.ndarray:
+    r""":math:`h_\varepsilon(t)`, computed by :func:`lneps.layer_norm` (gain 1, bias 0).
+
+    Layer normalization of the rows :math:`(-t, 0, t)`, third coordinate; vectorized in ``t``.
+    """
+    eps = check_eps(eps)
+    return layer_norm(family(t), 1.0, 0.0, eps=eps)[..., 2]
+
+
+def sensitivity(t, eps: float) -> np.ndarray:
+    r""":math:`h'_\varepsilon(t) = \varepsilon/(2t^2/3+\varepsilon)^{3/2}` from the derived form.
+
+    ``eps`` must be positive: at ``eps=0`` the derivative does not exist at t = 0.
+    """
+    eps = check_eps(eps)
+    if eps == 0:
+        raise ValueError("eps must be > 0 for the sensitivity: h_0 jumps at t = 0")
+    return np.asarray(_sensitivity_function()(_real_t(t), eps), dtype=np.float64)
+
+
+#: Four decades of epsilon. The curves are one curve stretched by sqrt(eps), so decades space
+#: them evenly: each peak is sqrt(10) above the next. 1e-3 is Keras's default.
+EPS_VALUES = (1e-3, 1e-2, 1e-1, 1.0)
+#: The t range: at |t| = T_MAX even eps = 1 is within 5 % of its limit sqrt(3/2).
+T_MAX = 4.0
+#: An odd count puts t = 0 (the peak) on the grid exactly.
+N_POINTS = 2001
+FIGURE_NAME = "layer-normalization-epsilon-response.png"
+FIGSIZE = (9.0, 3.8)
+DPI = 100
+TITLE = "Layer-normalization response and sensitivity for $(-t, 0, t)$; unit gains and zero biases"
+# Matplotlib writes its version into the PNG's Software field; drop it so the bytes depend on
+# the drawing only.
+_PNG_METADATA = {"Software": None}
+
+
+def _grid(t_max: float, n: int) -> np.ndarray:
+    # Built from the positive half and mirrored: exactly symmetric, with t = 0 exactly on it.
+    half = np.linspace(0.0, t_max, (n + 1) // 2)
+    return np.concatenate([-half[:0:-1], half])
+
+
+def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_POINTS) -> Figure:
+    r"""The two-panel figure: :math:`h_\varepsilon(t)` (left) and :math:`h'_\varepsilon(t)`
+    (right, log scale) for each ``eps_values``, dashed lines at :math:`\pm\sqrt{3/2}`.
+
+    Each data line carries ``gid`` ``"response eps=<eps>"`` or ``"sensitivity eps=<eps>"``, so
+    tests can find it. A bare :class:`~matplotlib.figure.Figure` (not pyplot): it is not
+    registered with pyplot, so a notebook does not show it unless asked, and it is drawn with
+    matplotlib's default style whatever the caller's rcParams are.
+    """
+    eps_values = tuple(check_eps(e) for e in eps_values)
+    if not eps_values or min(eps_values) == 0:
+        raise ValueError(f"eps_values must be a non-empty sequence of eps > 0; got {eps_values!r}")
+    if not t_max > 0:
+        raise ValueError(f"t_max must be > 0; got {t_max!r}")
+    if n < 3 or n % 2 == 0:
+        raise ValueError(f"n must be an odd number >= 3 (so t = 0 is on the grid); got {n!r}")
+    t = _grid(float(t_max), int(n))
+    limit = float(response_limits()[1])
+    with mpl.style.context("default"):
+        fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+        ax_h, ax_dh = fig.subplots(1, 2)
+        for i, eps in enumerate(eps_values):
+            label = rf"$\varepsilon = {eps:g}$"
+            ax_h.plot(t, response(t, eps), color=f"C{i}", label=label, gid=f"response eps={eps:g}")
+            ax_dh.plot(t, sensitivity(t, eps), color=f"C{i}", label=label, gid=f"sensitivity eps={eps:g}")
+        # Labels where the curves are not: upper left above +limit, lower right below -limit.
+        for sign, name, va, ha in ((-1, "-", "top", "right"), (1, "+", "bottom", "left")):
+            ax_h.axhline(sign * limit, color="0.4", ls="--", lw=1, gid=f"limit {name}")
+            ax_h.text(-sign * 0.97 * t_max, sign * 1.02 * limit, rf"${name}\sqrt{{3/2}}$",
+                      ha=ha, va=va, color="0.3", fontsize="small")
+        ax_h.set_ylim(-1.2 * limit, 1.2 * limit)
+        ax_h.set(xlabel="$t$", ylabel=r"$h_\varepsilon(t)$", title="response (third coordinate)")
+        ax_dh.set_yscale("log")
+        ax_dh.set(xlabel="$t$", ylabel=r"$h'_\varepsilon(t)$", title="sensitivity (log scale)")
+        ax_h.legend(loc="center right", fontsize="small")
+        for ax in (ax_h, ax_dh):
+            ax.set_xlim(-t_max, t_max)
+            ax.grid(True, lw=0.5, alpha=0.5)
+        fig.suptitle(TITLE)
+    return fig
+
+
+def save_response_figure(path, fig: Figure | None = None) -> Path:
+    """Write ``fig`` (default :func:`response_figure`) as PNG to ``path``; return the path.
+
+    Fixed size and resolution, default style, and no metadata that changes between runs or
+    versions, so regenerating gives the same file on the same machine.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"path must end in .png; got {str(path)!r}")
+    if fig is None:
+        fig = response_figure()
+    # Write then rename: the build and nbval may run this notebook at the same time, and
+    # Sphinx must never copy a half-written file.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with mpl.style.context("default"):
+        fig.savefig(partial, dpi=DPI, metadata=_PNG_METADATA, format="png")
+    os.replace(partial, path)
+    return path

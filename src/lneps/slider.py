@@ -1,0 +1,240 @@
+r"""The seed's "Try it" slider: the token :math:`k\cdot[2, 4, 6, 8] + c` and its layer norm.
+
+The slider is one self-contained block of HTML: two range inputs (k and c), a left panel of
+bars for the token and a right panel of bars for :math:`\operatorname{LN}_\varepsilon` of it
+with :math:`\gamma = 1`, :math:`\beta = 0`, each bar labelled with its value.
+
+Every normalized value the slider can show is computed here, with
+:func:`lneps.layer_norm`, on the slider's whole grid of (k, c) settings, and embedded in the
+page as JSON. The page's script only looks values up and draws bars; it computes no
+normalization. So the slider works in a static page with no kernel and no network, works in a
+live (trusted) notebook, and shows exactly what ``lneps.layer_norm`` returns, rounded for
+display. The markup is deterministic (no random ids), so a stored output compares equal when
+the notebook is re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+
+import numpy as np
+
+from ._checks import check_eps
+from .norms import layer_norm
+
+__all__ = ["BASE_TOKEN", "grid_axis", "slider_values", "TokenSlider", "token_slider"]
+
+BASE_TOKEN = (2.0, 4.0, 6.0, 8.0)
+"""The seed's token [2, 4, 6, 8]; the slider shows ``k * BASE_TOKEN + c``."""
+
+
+def grid_axis(lo: float, hi: float, step: float, name: str = "axis") -> np.ndarray:
+    """The slider positions ``lo, lo + step, ..., hi`` (both ends included).
+
+    ``hi - lo`` must be a whole number of steps, so the browser's range input (which snaps
+    to ``min + n * step``) lands exactly on a grid point.
+    """
+    for label, value in (("lo", lo), ("hi", hi), ("step", step)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise TypeError(f"{name}: {label} must be a finite number; got {value!r}")
+    if step <= 0:
+        raise ValueError(f"{name}: step must be > 0; got {step!r}")
+    if hi < lo:
+        raise ValueError(f"{name}: hi ({hi!r}) must be >= lo ({lo!r})")
+    n = (hi - lo) / step
+    if abs(n - round(n)) > 1e-9:
+        raise ValueError(f"{name}: hi - lo = {hi - lo!r} is not a whole number of steps {step!r}")
+    return lo + step * np.arange(round(n) + 1, dtype=np.float64)
+
+
+def slider_values(ks, cs, token=BASE_TOKEN, *, eps: float = 1e-5, digits: int = 3) -> np.ndarray:
+    r"""``out[i, j] = round(layer_norm(ks[i] * token + cs[j], eps=eps), digits)``.
+
+    Shape ``(len(ks), len(cs), len(token))``; :math:`\gamma = 1`, :math:`\beta = 0`.
+    Rounded to the ``digits`` decimals the slider prints (negative zero becomes 0), so the
+    page stores no more digits than it shows and never rounds a second time.
+    """
+    eps = check_eps(eps)
+    ks = np.asarray(ks, dtype=np.float64).reshape(-1)
+    cs = np.asarray(cs, dtype=np.float64).reshape(-1)
+    t = np.asarray(token, dtype=np.float64).reshape(-1)
+    tokens = ks[:, None, None] * t + cs[None, :, None]  # every (k, c) setting at once
+    return np.round(layer_norm(tokens, eps=eps), digits) + 0.0
+
+
+def _number(x: float) -> float | int:
+    # JSON's shortest form: 3.0 -> 3, -0.25 stays -0.25, so the page stays small.
+    x = float(x) + 0.0
+    return int(x) if x.is_integer() else x
+
+
+_CSS = """
+.lneps-slider{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:46rem;
+ border:1px solid #d0d7de;border-radius:.5rem;padding:.75rem 1rem;margin:.5rem 0 1rem}
+.lneps-slider .lneps-controls{display:flex;flex-wrap:wrap;gap:.5rem 2rem;margin-bottom:.5rem}
+.lneps-slider label{display:flex;align-items:center;gap:.5rem;font-weight:600}
+.lneps-slider input[type=range]{width:14rem}
+.lneps-slider output{display:inline-block;min-width:3.5rem;font-variant-numeric:tabular-nums}
+.lneps-slider .lneps-panels{display:flex;flex-wrap:wrap;gap:1.5rem}
+.lneps-slider .lneps-panel{flex:1 1 18rem;margin:0}
+.lneps-slider .lneps-title{font-size:.9rem;margin-bottom:.25rem}
+.lneps-slider .lneps-bars{position:relative;height:9rem;display:flex;gap:6%;padding:0 4%;
+ border-bottom:1px solid #eee;border-top:1px solid #eee}
+.lneps-slider .lneps-zero{position:absolute;left:0;right:0;top:50%;border-top:1px solid #888}
+.lneps-slider .lneps-col{position:relative;flex:1 1 0}
+.lneps-slider .lneps-bar{position:absolute;left:0;right:0;height:0}
+.lneps-slider [data-role=token] .lneps-bar{background:#1f77b4}
+.lneps-slider [data-role=normalized] .lneps-bar{background:#ff7f0e}
+.lneps-slider .lneps-vals{display:flex;gap:6%;padding:0 4%;margin-top:.25rem}
+.lneps-slider .lneps-val{flex:1 1 0;text-align:center;font-size:.85rem;
+ font-variant-numeric:tabular-nums}
+""".strip()
+
+# Looks values up and draws; it normalizes nothing. The script finds its own block (closest
+# .lneps-slider), so it works whether or not the block is in the document yet.
+_JS = """
+(function () {
+  var me = document.currentScript;
+  var root = (me && me.closest(".lneps-slider")) || document.getElementById(%(id)s);
+  if (!root || root.getAttribute("data-ready")) { return; }
+  var D = %(data)s;
+  function part(sel) { return root.querySelector(sel); }
+  var kIn = part("input[data-role=k]"), cIn = part("input[data-role=c]");
+  var kOut = part("output[data-role=k-value]"), cOut = part("output[data-role=c-value]");
+  function show(x) { return String(Math.round(x * 100) / 100); }
+  function draw(panel, values, top, fmt) {
+    var bars = root.querySelectorAll("[data-role=" + panel + "] .lneps-bar");
+    var vals = root.querySelectorAll("[data-role=" + panel + "] .lneps-val");
+    for (var i = 0; i < values.length; i++) {
+      var h = Math.min(Math.abs(values[i]) / top, 1) * 50;
+      bars[i].style.height = h + "%%";
+      bars[i].style.top = (values[i] >= 0 ? 50 - h : 50) + "%%";
+      vals[i].textContent = fmt(values[i]);
+    }
+  }
+  function update() {
+    var i = Math.round((parseFloat(kIn.value) - D.k[0]) / D.kstep);
+    var j = Math.round((parseFloat(cIn.value) - D.c[0]) / D.cstep);
+    i = Math.max(0, Math.min(D.nk - 1, i)); j = Math.max(0, Math.min(D.nc - 1, j));
+    var k = D.k[0] + i * D.kstep, c = D.c[0] + j * D.cstep, d = D.token.length;
+    var x = D.token.map(function (t) { return k * t + c; });
+    var y = D.y.slice((i * D.nc + j) * d, (i * D.nc + j + 1) * d);
+    kOut.textContent = show(k); cOut.textContent = show(c);
+    root.setAttribute("data-k", String(k)); root.setAttribute("data-c", String(c));
+    draw("token", x, D.xmax, show);
+    draw("normalized", y, D.ymax, function (v) { return v.toFixed(D.digits); });
+  }
+  kIn.addEventListener("input", update); cIn.addEventListener("input", update);
+  var nojs = part("[data-role=nojs]");
+  if (nojs) { nojs.parentNode.removeChild(nojs); }
+  root.setAttribute("data-ready", "1");
+  update();
+})();
+""".strip()
+
+
+def _panel(role: str, title: str, d: int) -> str:
+    cols = "".join('<div class="lneps-col"><div class="lneps-bar"></div></div>' for _ in range(d))
+    vals = "".join('<span class="lneps-val"></span>' for _ in range(d))
+    return (
+        f'<figure class="lneps-panel" data-role="{role}">'
+        f'<figcaption class="lneps-title">{title}</figcaption>'
+        f'<div class="lneps-bars"><div class="lneps-zero"></div>{cols}</div>'
+        f'<div class="lneps-vals">{vals}</div></figure>'
+    )
+
+
+class TokenSlider:
+    """The slider as HTML; notebooks display it through ``_repr_html_``.
+
+    Attributes ``ks``, ``cs`` (the grid), ``values`` (:func:`slider_values` on that grid),
+    ``eps`` and ``digits`` are what the page embeds.
+    """
+
+    def __init__(self, ks, cs, *, token=BASE_TOKEN, eps=1e-5, digits=3, k0=1.0, c0=0.0,
+                 element_id="lneps-slider"):
+        self.ks = np.asarray(ks, dtype=np.float64)
+        self.cs = np.asarray(cs, dtype=np.float64)
+        self.token = tuple(float(t) for t in token)
+        self.eps = check_eps(eps)
+        self.digits = int(digits)
+        if not (np.any(self.ks == k0) and np.any(self.cs == c0)):
+            raise ValueError(f"the start (k0={k0!r}, c0={c0!r}) must be a grid point")
+        if not element_id.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"element_id must be letters, digits, '-' or '_'; got {element_id!r}")
+        self.k0, self.c0, self.element_id = float(k0), float(c0), element_id
+        self.values = slider_values(self.ks, self.cs, self.token, eps=self.eps, digits=self.digits)
+
+    def _step(self, axis: np.ndarray) -> float:
+        return float(axis[1] - axis[0]) if axis.size > 1 else 1.0
+
+    def data(self) -> dict:
+        """What the page embeds: the grid, the token and every normalized value (flat)."""
+        kstep, cstep = self._step(self.ks), self._step(self.cs)
+        xmax = float(np.max(np.abs(self.ks[:, None, None] * np.array(self.token)
+                                   + self.cs[None, :, None])))
+        return {
+            "k": [_number(self.ks[0]), _number(self.ks[-1])], "kstep": _number(kstep),
+            "c": [_number(self.cs[0]), _number(self.cs[-1])], "cstep": _number(cstep),
+            "nk": int(self.ks.size), "nc": int(self.cs.size),
+            "token": [_number(t) for t in self.token], "eps": self.eps, "digits": self.digits,
+            "xmax": _number(xmax or 1.0),
+            # nanmax: with eps=0 the constant token (k = 0) normalizes to NaN, shown as NaN.
+            "ymax": _number(float(np.nanmax(np.abs(self.values))) or 1.0),
+            "y": [_number(v) for v in self.values.reshape(-1)],
+        }
+
+    def html(self) -> str:
+        """The whole block: style, controls, the two panels and the script."""
+        kstep, cstep = self._step(self.ks), self._step(self.cs)
+        token = ", ".join(f"{_number(t)}" for t in self.token)
+        js = _JS % {
+            "id": json.dumps(self.element_id),
+            "data": json.dumps(self.data(), separators=(",", ":")),
+        }
+
+        def slider(name, axis, step, start):
+            return (
+                f'<label>{name} <input type="range" data-role="{name}" aria-label="{name}" '
+                f'min="{_number(axis[0])}" max="{_number(axis[-1])}" step="{_number(step)}" '
+                f'value="{_number(start)}"><output data-role="{name}-value">{_number(start)}'
+                "</output></label>"
+            )
+
+        return (
+            f'<div class="lneps-slider" id="{escape(self.element_id)}">'
+            f"<style>{_CSS}</style>"
+            '<p data-role="nojs"><em>This slider needs JavaScript: in a notebook, run the cell '
+            "(or trust the notebook).</em></p>"
+            '<div class="lneps-controls">'
+            f"{slider('k', self.ks, kstep, self.k0)}{slider('c', self.cs, cstep, self.c0)}</div>"
+            '<div class="lneps-panels">'
+            f"{_panel('token', f'The token k × [{token}] + c', len(self.token))}"
+            f"{_panel('normalized', 'After layer normalization (γ = 1, β = 0)', len(self.token))}"
+            f"</div><script>{js}</script></div>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenSlider(k from {_number(self.ks[0])} to {_number(self.ks[-1])} step "
+            f"{_number(self._step(self.ks))}, c from {_number(self.cs[0])} to "
+            f"{_number(self.cs[-1])} step {_number(self._step(self.cs))}, eps={self.eps:g})"
+        )
+
+
+def token_slider(k=(-2.0, 2.0, 0.25), c=(-100.0, 100.0, 1.0), *, eps=1e-5, digits=3,
+                 k0=1.0, c0=0.0, element_id="lneps-slider") -> TokenSlider:
+    """The seed's slider: ``k`` and ``c`` are ``(lo, hi, step)`` ranges (ends included).
+
+    The default k range runs through negative values and 0 in steps of 0.25; c runs from
+    -100 to 100 in steps of 1. The page embeds ``len(k) * len(c) * 4`` normalized values.
+    """
+    ks = grid_axis(*k, name="k")
+    cs = grid_axis(*c, name="c")
+    return TokenSlider(ks, cs, eps=eps, digits=digits, k0=k0, c0=c0, element_id=element_id)

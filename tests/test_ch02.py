@@ -1,0 +1,87 @@
+"""Chapter 2 (seed 000, seed 004): what the book glues is what SymPy and lneps compute."""
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import lneps
+from lneps import symbolic as sym
+from notebooks import glued, read, stream_text
+
+NB = "ch02_what_epsilon_does.ipynb"
+
+
+@pytest.fixture(scope="module")
+def g():
+    return glued(NB)
+
+
+def test_mean_square_facts_are_glued(g):
+    facts = sym.mean_square_facts()
+    assert g["ms_at_eps"] == str(facts["at_q_eq_eps"]) == "1/2"
+    assert g["ms_lim0"] == "0" and g["ms_limoo"] == "1"
+
+
+def test_measured_curve_lies_on_the_formula(g):
+    ratio = np.logspace(-6, 6, 25)
+    t = np.sqrt(1.5 * ratio * 1e-5)
+    measured = lneps.normalized_variance(np.stack([-t, 0 * t, t], axis=1), eps=1e-5)
+    assert np.allclose(measured, ratio / (ratio + 1), rtol=1e-13, atol=0)
+    assert 0 <= g["curve_error"] < 1e-14
+
+
+def test_seed_004_eps_too_large(g):
+    assert round(np.sqrt(0.001 + 0.1), 3) == 0.318  # the seed's "~0.3", to three digits
+    assert g["big_divisor"] == pytest.approx(np.sqrt(0.101), rel=1e-15)
+    assert g["big_divisor_data"] == pytest.approx(np.sqrt(0.001), rel=1e-15)
+    assert g["big_divisor_flat"] == pytest.approx(np.sqrt(0.1), rel=1e-15)
+    assert g["big_shrink"] == pytest.approx(0.001 / 0.101, rel=1e-12)
+
+
+def test_constant_input(g):
+    assert g["flat_core"] == str(sym.exact_core([5, 5, 5], sp.Rational(1, 10**5))) == "(0, 0, 0)"
+    assert g["flat_is_beta"] is True
+
+
+def test_z_123_exact(g):
+    assert g["core_third"] == "(-1, 0, 1)"
+    four_thirds = [sp.sympify(e) for e in g["core_four_thirds"].strip("()").split(",")]
+    assert [sp.simplify(e * sp.sqrt(2)) for e in four_thirds] == [-1, 0, 1]
+    assert 0 <= g["float_gap_123"] < 1e-15
+
+
+def test_shift_and_scaling(g):
+    assert g["shift_diff"] == "(0, 0, 0)"
+    assert 0 <= g["shift_err"] < 1e-12
+    assert g["scale_check"] == "0"
+    assert g["scale_solutions"] == "[1]"
+    assert g["scale_eps_zero"] == "1"
+
+
+def test_the_scaling_table_shows_eps_breaking_invariance():
+    text = stream_text(NB)[-1]
+    assert "a = 1: largest change of the core 0.0e+00" in text
+    change = np.max(np.abs(lneps.layer_norm([1e-3, 2e-3, 3e-3]) - lneps.layer_norm([1.0, 2.0, 3.0])))
+    assert f"a = 0.001: largest change of the core {change:.1e}" in text
+
+
+def test_prose_labels_and_citations():
+    text = "\n".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    assert text.startswith("(ch2)=\n# What epsilon does to the normalization")
+    for label in ("(eq-core)", "(eq-mean-square)", "(eq-scaling)"):
+        assert label in text
+    for key in ("seed000", "seed004", "ba2016layer"):
+        assert "{cite}`" + key + "`" in text
+
+
+def test_seed_004_constant_input_divides_by_sqrt_eps_not_eps(g):
+    # Seed 004: "the denominator is at least eps ... division by eps is large but finite".
+    # The divisor is sqrt(q + eps) >= sqrt(eps), the output of a constant token is 0, and
+    # only the slope is large: eps^(-1/2), the bound of chapter 3.
+    eps = 1e-5
+    assert g["min_divisor"] == pytest.approx(np.sqrt(eps), rel=1e-15)
+    assert lneps.layer_norm(np.full(3, 5.0), eps=eps).tolist() == [0.0, 0.0, 0.0]
+    slope = lneps.layer_norm(5.0 + 1e-9 * np.array([-1.0, 0.0, 1.0]), eps=eps)[2] / 1e-9
+    assert g["nudge_gain"] == pytest.approx(slope, rel=1e-12)
+    assert g["nudge_gain"] == pytest.approx(eps**-0.5, rel=1e-4)
+    assert g["nudge_bound"] == pytest.approx(eps**-0.5, rel=1e-15)

@@ -1,0 +1,140 @@
+"""Chapter 6 (seed 004, "Epsilon in the wild"): every quoted number recomputed here.
+
+The tables the chapter shows must be exactly the ones lneps.defaults generates; each number
+glued into the prose is recomputed with lneps (or from its closed form) and compared.
+"""
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lneps
+from lneps import defaults
+from notebooks import glued, read, stream_text
+from test_defaults import EXPECTED_VERDICTS, bib_entries
+
+NB = "ch06_epsilon_in_the_wild.ipynb"
+
+
+@pytest.fixture(scope="module")
+def g():
+    return glued(NB)
+
+
+def glued_mime(name: str, mime: str) -> str:
+    for cell in read(NB).cells:
+        for out in cell.get("outputs", []):
+            record = out.get("metadata", {}).get("scrapbook", {})
+            if record.get("name") == name:
+                return out["data"][record["mime_prefix"] + mime]
+    raise KeyError(name)
+
+
+def test_the_shown_tables_are_the_generated_ones():
+    assert glued_mime("seed_table", "text/markdown") == defaults.seed_markdown()
+    assert glued_mime("defaults_table", "text/markdown") == defaults.defaults_markdown()
+    text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    for name in ("seed_table", "defaults_table"):
+        assert f"```{{glue:md}} {name}\n:format: myst" in text
+
+
+def test_every_cite_in_the_chapter_is_in_references_bib():
+    text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    text += glued_mime("seed_table", "text/markdown") + glued_mime("defaults_table", "text/markdown")
+    keys = {k.strip() for group in re.findall(r"\{cite\}`([^`]+)`", text) for k in group.split(",")}
+    assert keys - set(bib_entries()) == set()
+    # Every issue thread of the facts file is cited somewhere in the chapter.
+    for key in ("gh-pytorch-41527", "gh-tensorflow-24979", "gh-deepspeed-581", "gh-pytorch-86580",
+                "gh-transformers-15332", "gh-llama-771", "gh-llamacpp-2384"):
+        assert key in keys
+
+
+def test_seed_verdicts(g):
+    assert g["n_seed_rows"] == 6
+    counts = list(EXPECTED_VERDICTS.values())
+    assert g["n_right"] == counts.count("right") == 4
+    assert g["n_released_only"] == counts.count("right for released checkpoints only") == 2
+    assert g["n_wrong"] == 0
+    assert (g["llama_default"], g["llama_released"]) == ("1e-6", "1e-5")
+    assert (g["mistral_default"], g["mistral_released"]) == ("1e-6", "1e-5")
+    assert g["keras_default"] == "1e-3"
+    printed = stream_text(NB)[0]
+    assert re.search(r"Llama 2 / 3 \(RMSNorm\) +1e-5 +right for released checkpoints only\n", printed)
+    assert re.search(r"BERT \(LayerNorm\) +1e-12 +right\n", printed)
+
+
+def test_onnx_and_torch_rmsnorm_values(g):
+    assert g["onnx_f32"] == float(np.float32(1e-5))
+    assert f"{g['onnx_f32']:.9e}" == "9.999999747e-06"
+    assert g["onnx_f32_error"] == pytest.approx(abs(float(np.float32(1e-5)) - 1e-5), rel=1e-12)
+    assert g["torch_rms_eps"] == float(np.finfo(np.float32).eps) == 2.0**-23
+    assert g["torch_rms_eps_log2"] == -23
+    assert g["torch_rms_eps_f64"] == 2.0**-52
+    assert (g["n_rows"], g["n_rms_rows"]) == (12, 6)
+
+
+def test_bert_eps_underflows_in_float16_only(g):
+    assert np.float16(1e-12) == 0 and g["bert_eps_f16"] == 0.0
+    assert g["bert_eps_bf16"] == float(np.asarray(1e-12, dtype=ml_dtypes.bfloat16)) > 0
+    assert g["tiny16"] == float(ml_dtypes.finfo(np.float16).smallest_subnormal)
+    assert 1e-12 < g["tiny16"] / 2  # below half the smallest subnormal: rounds to 0
+
+
+def test_constant_row_gives_nan_only_on_the_all_float16_path(g):
+    pad = np.zeros((2, 768), dtype=np.float16)
+    pad[1] = 0.25
+    naive = lneps.layer_norm(pad, eps=1e-12, compute_dtype=np.float16)
+    assert naive.dtype == np.float16 and np.isnan(naive).all()
+    assert not np.isnan(lneps.layer_norm(pad, eps=1e-5, compute_dtype=np.float16)).any()
+    bf = pad.astype(ml_dtypes.bfloat16)
+    assert not np.isnan(lneps.layer_norm(bf, eps=1e-12, compute_dtype=ml_dtypes.bfloat16).astype(np.float32)).any()
+    default = lneps.layer_norm(pad, eps=1e-12)
+    assert default.dtype == np.float16 and (default == 0).all()
+    assert g["pad_size"] == pad.size == g["nan_f16_bert"]
+    assert g["nan_f16_1e5"] == g["nan_bf16_bert"] == g["nan_default_bert"] == 0
+
+
+def test_porting_1e12_to_1e5(g):
+    # Sample rows: q is sigma^2 up to sampling noise (d = 768: about 5%), so compare with
+    # the closed form loosely; the inverted closed form exactly.
+    def closed(sigma):
+        return float(defaults.predicted_relative_change(sigma**2, 1e-12, 1e-5))
+
+    assert g["port_rel_1"] == pytest.approx(closed(1.0), rel=0.1)
+    assert g["port_rel_01"] == pytest.approx(closed(0.1), rel=0.1)
+    assert g["port_rel_001"] == pytest.approx(closed(0.01), rel=0.1)
+    assert g["port_rel_1e3"] == pytest.approx(closed(1e-3), rel=0.05)
+    assert 4e-6 < g["port_rel_1"] < 6e-6  # about 1e-5 / 2
+    assert g["port_agree"] < 1e-8
+    # The largest output shift: about max|u| (3 to 4 for 768 Gaussian numbers) times the change.
+    assert 2 < g["port_shift_1"] / g["port_rel_1"] < 5
+    assert 2 < g["port_shift_01"] / g["port_rel_01"] < 5
+    std_1e5 = 1e-3 / np.sqrt(1e-6 + 1e-5)  # sigma / sqrt(sigma^2 + eps)
+    assert g["port_std_1e3"] == pytest.approx(std_1e5, rel=0.05)
+    assert g["port_std_1e3_12"] == pytest.approx(1.0, abs=1e-3)
+    assert g["sqrt_1e5"] == pytest.approx(np.sqrt(1e-5), rel=1e-15)
+    for change, key in ((1e-3, "port_sigma_1e3"), (1e-4, "port_sigma_1e4")):
+        sigma = g[key]
+        assert closed(sigma) == pytest.approx(change, rel=1e-9)
+        assert sigma == pytest.approx(np.sqrt(1e-5 / (2 * change)), rel=0.01)
+
+
+def test_rmsnorm_1e6_versus_1e5(g):
+    for r, key in ((1.0, "rms_rel_1"), (0.1, "rms_rel_01"), (0.03, "rms_rel_003"),
+                   (0.01, "rms_rel_001"), (0.003, "rms_rel_0003")):
+        want = float(defaults.predicted_relative_change(r * r, 1e-5, 1e-6))
+        assert g[key] == pytest.approx(want, rel=1e-8)
+    assert g["rms_rel_1"] == pytest.approx(4.5e-6, rel=1e-4)  # (1e-5 - 1e-6) / 2
+    assert round(g["rms_rel_0003"] * 100) == 38
+    for change, key in ((1e-3, "rms_for_1e3"), (1e-2, "rms_for_1e2")):
+        r = g[key]
+        assert float(defaults.predicted_relative_change(r * r, 1e-5, 1e-6)) == pytest.approx(change, rel=1e-9)
+    printed = stream_text(NB)
+    assert any("Student t (3 dof)  measured agrees with (eq-eps-swap) to a relative 1e-8: True" in t
+               for t in printed)
+
+
+def test_the_figure_is_glued_as_an_image():
+    assert glued_mime("fig_eps_swap", "image/png")

@@ -1,0 +1,144 @@
+"""The "Try it" slider's data and markup (lneps.slider), without a browser.
+
+tests/test_browser.py drives the rendered slider in Chromium; these tests pin what it embeds:
+the grid, every normalized value (against lneps.layer_norm), and deterministic markup.
+"""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lneps
+from lneps.slider import BASE_TOKEN, TokenSlider, grid_axis, slider_values, token_slider
+from notebooks import glued, read
+
+NB = "ch01_layer_norm_by_hand.ipynb"
+
+
+def embedded_data(html: str) -> dict:
+    match = re.search(r"var D = (\{.*?\});\n", html)
+    assert match, "the slider's data literal is missing"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def slider():
+    return token_slider()
+
+
+def test_grid_runs_through_negative_k_zero_and_the_seed_settings(slider):
+    assert slider.ks.min() < 0 and 0.0 in slider.ks and 0.25 in slider.ks
+    assert {1.0, -1.0} <= set(slider.ks.tolist())
+    assert {0.0, 3.0, 100.0} <= set(slider.cs.tolist())
+    assert slider.values.shape == (17, 201, 4)
+
+
+def test_grid_axis_includes_both_ends_and_rejects_a_ragged_range():
+    assert grid_axis(-2, 2, 0.25).tolist() == [-2 + 0.25 * i for i in range(17)]
+    assert grid_axis(-100, 100, 1).tolist()[::100] == [-100, 0, 100]
+    with pytest.raises(ValueError, match="whole number of steps"):
+        grid_axis(0, 1, 0.3, name="k")
+    with pytest.raises(ValueError, match="k: step must be > 0"):
+        grid_axis(0, 1, 0, name="k")
+    with pytest.raises(TypeError, match="c: lo must be a finite number"):
+        grid_axis(float("nan"), 1, 1, name="c")
+
+
+def test_the_seed_points_equal_layer_norm(slider):
+    token = np.array(BASE_TOKEN)
+    for k, c, expected in [
+        (1.0, 0.0, [-1.342, -0.447, 0.447, 1.342]),
+        (-1.0, 0.0, [1.342, 0.447, -0.447, -1.342]),
+        (0.0, 3.0, [0.0, 0.0, 0.0, 0.0]),
+        (0.25, 100.0, [-1.342, -0.447, 0.447, 1.342]),
+    ]:
+        i, j = np.flatnonzero(slider.ks == k)[0], np.flatnonzero(slider.cs == c)[0]
+        assert slider.values[i, j].tolist() == expected
+        assert np.round(lneps.layer_norm(k * token + c), 3).tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ks=st.lists(st.floats(-50, 50, allow_nan=False), min_size=1, max_size=4),
+    cs=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=4),
+    eps=st.sampled_from([0.0, 1e-5, 1e-3]),
+)
+def test_slider_values_are_rounded_layer_norms(ks, cs, eps):
+    got = slider_values(ks, cs, eps=eps)
+    for i, k in enumerate(ks):
+        for j, c in enumerate(cs):
+            want = np.round(lneps.layer_norm(k * np.array(BASE_TOKEN) + c, eps=eps), 3) + 0.0
+            np.testing.assert_array_equal(got[i, j], want)
+
+
+def test_no_negative_zero_is_stored(slider):
+    assert not np.any(np.signbit(slider.values) & (slider.values == 0))
+
+
+def test_the_page_embeds_exactly_the_values(slider):
+    data = embedded_data(slider.html())
+    assert (data["nk"], data["nc"]) == (17, 201)
+    assert data["k"] == [-2, 2] and data["kstep"] == 0.25
+    assert data["c"] == [-100, 100] and data["cstep"] == 1
+    assert data["token"] == [2, 4, 6, 8] and data["digits"] == 3
+    assert np.array(data["y"]).reshape(17, 201, 4).tolist() == slider.values.tolist()
+    assert data["xmax"] == 116 and data["ymax"] == 1.342
+
+
+def test_markup_is_deterministic_offline_and_small(slider):
+    html = slider.html()
+    assert html == token_slider().html()  # nbval compares the stored text/html
+    assert "http://" not in html and "https://" not in html
+    assert 'type="range" data-role="k"' in html and 'min="-2"' in html
+    assert len(html.encode()) < 200_000
+    # MathJax scans output areas: no TeX delimiters may appear in the widget.
+    assert "$" not in html and "\\(" not in html
+    assert repr(slider) == (
+        "TokenSlider(k from -2 to 2 step 0.25, c from -100 to 100 step 1, eps=1e-05)")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="start"):
+        token_slider(k0=0.1)
+    with pytest.raises(ValueError, match="element_id"):
+        TokenSlider([0.0, 1.0], [0.0], k0=0.0, element_id="a b")
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        token_slider(eps=-1.0)
+
+
+def test_chapter_1_shows_the_slider_and_quotes_its_numbers():
+    nb = read(NB)
+    shown = [
+        o["data"]["text/html"]
+        for c in nb.cells if c.cell_type == "code"
+        for o in c.outputs if "text/html" in o.get("data", {})
+    ]
+    assert len(shown) == 1 and shown[0] == token_slider().html()
+    g = glued(NB)
+    assert g["slider_settings"] == 17 * 201
+    assert (g["slider_k_lo"], g["slider_k_hi"], g["slider_k_step"]) == (-2.0, 2.0, 0.25)
+    assert (g["slider_c_lo"], g["slider_c_hi"], g["slider_c_step"]) == (-100.0, 100.0, 1.0)
+    assert g["slider_flip"] == "[1.342, 0.447, -0.447, -1.342]"
+    assert g["slider_zero"] == "[0.000, 0.000, 0.000, 0.000]"
+    assert g["slider_k_min_positive"] == 0.25
+    # The seed: every other setting moves the bars by less than 0.0001.
+    ks = grid_axis(-2, 2, 0.25)[grid_axis(-2, 2, 0.25) > 0]
+    cs = grid_axis(-100, 100, 1)
+    change = np.max(np.abs(
+        lneps.layer_norm(ks[:, None, None] * np.array(BASE_TOKEN) + cs[None, :, None])
+        - lneps.layer_norm(np.array(BASE_TOKEN))
+    ))
+    assert 1e-5 < change < 1e-4
+    assert g["slider_max_change"] == pytest.approx(change, rel=1e-9)
+
+
+def test_eps_zero_shows_nan_only_for_the_constant_token():
+    s = token_slider(k=(-1.0, 1.0, 0.5), c=(0.0, 2.0, 1.0), eps=0.0)
+    data = s.data()
+    assert data["ymax"] == 1.342
+    assert np.isnan(s.values[2]).all()  # k = 0: 0/0, Ba et al.'s unstabilized formula
+    assert not np.isnan(np.delete(s.values, 2, axis=0)).any()
