@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 
 from ._checks import as_float_array, check_eps
 from .norms import layer_norm
+from .symbolic import definition
 
 __all__ = [
     "T",
@@ -67,24 +68,20 @@ EPSILON = sp.Symbol("epsilon", positive=True)
 
 @functools.cache
 def family_statistics() -> tuple[sp.Expr, tuple[sp.Expr, ...], sp.Expr]:
-    r"""``(mu, v, q)`` of :math:`z = (-t, 0, t)`, built from the three coordinates.
+    r"""``(mu, v, q)`` of :math:`z = (-t, 0, t)`, from the layer-norm definition.
 
     :math:`\mu = \frac13\sum_i z_i`, :math:`v = z - \mu\mathbf 1`,
-    :math:`q = \frac13\sum_i v_i^2` (biased: divisor d = 3).
+    :math:`q = \frac13\sum_i v_i^2` (biased: divisor d = 3), built by
+    :func:`lneps.symbolic.definition` from the three entries.
     """
-    z = (-T, sp.Integer(0), T)
-    d = len(z)
-    mu = sp.Add(*z) / d
-    v = tuple(zi - mu for zi in z)
-    q = sp.Add(*(vi**2 for vi in v)) / d
-    return mu, v, q
+    ln = definition(3, eps=EPSILON, z=(-T, 0, T))
+    return ln.mu, ln.v, ln.q
 
 
 @functools.cache
 def family_core() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     r"""The normalized core :math:`u_\varepsilon(-t, 0, t) = v/\sqrt{q+\varepsilon}`."""
-    _, v, q = family_statistics()
-    return tuple(vi / sp.sqrt(q + EPSILON) for vi in v)
+    return definition(3, eps=EPSILON, z=(-T, 0, T)).u
 
 
 @functools.cache
