@@ -4,6 +4,8 @@ Each test computes the value independently with lneps, checks it against the see
 and checks that the notebook glued (quoted in its prose) that same value.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -52,17 +54,23 @@ def test_scaled_and_shifted_tokens_give_the_same_output(g):
 
 
 def test_a_spread_below_sqrt_eps_shrinks_the_output(g):
-    tiny = 0.001 * TOKEN
-    assert round(tiny.std(), 4) == 0.0022 and tiny.std() < np.sqrt(1e-5)
-    assert round(np.sqrt(1e-5), 3) == 0.003
-    assert np.round(lneps.layer_norm(tiny), 3).tolist() == [-0.775, -0.258, 0.258, 0.775]
+    # The spread of 0.001 * [2, 4, 6, 8] is 0.001 * sqrt(5); sqrt(1e-5) is the default eps's root.
+    assert g["tiny_spread"] == pytest.approx(0.001 * math.sqrt(5), rel=1e-14)
+    assert g["sqrt_eps"] == pytest.approx(math.sqrt(1e-5), rel=1e-15)
+    assert g["tiny_spread"] < g["sqrt_eps"]  # the prose: "below sqrt(eps)"
+    # as the prose rounds them (.4f and .3f)
+    assert f"{g['tiny_spread']:.4f}" == "0.0022" and f"{g['sqrt_eps']:.3f}" == "0.003"
+    assert np.round(lneps.layer_norm(0.001 * TOKEN), 3).tolist() == [-0.775, -0.258, 0.258, 0.775]
     assert g["tiny_out"] == "[-0.775, -0.258, 0.258, 0.775]"
 
 
 def test_quarter_scale_moves_the_output_by_less_than_1e4(g):
     spread = (0.25 * TOKEN).std()
     change = np.max(np.abs(lneps.layer_norm(0.25 * TOKEN + 3) - lneps.layer_norm(TOKEN)))
-    assert round(spread, 2) == 0.56
+    assert g["quarter_spread"] == pytest.approx(0.25 * math.sqrt(5), rel=1e-14)
+    assert g["quarter_spread"] == pytest.approx(spread, rel=1e-14)
+    assert g["quarter_spread"] > 100 * math.sqrt(1e-5)  # "far above sqrt(eps)"
+    assert f"{g['quarter_spread']:.2f}" == "0.56"
     assert change < 1e-4
     assert g["quarter_change"] == pytest.approx(change, rel=1e-9)
 
@@ -87,7 +95,47 @@ def test_the_seed_printout_is_reproduced_character_for_character():
 
 
 def test_row_versus_column(g):
-    assert g["bn_moved"] > 0.1
+    # Token 1's layer norm uses only token 1: changing token 2 moves it by exactly 0.
+    assert g["ln_moved"] == 0.0
+    # Batch norm over two tokens a, b: the biased variance of column j is ((a_j - b_j)/2)^2, so
+    # token 1 becomes h_j / sqrt(h_j^2 + eps) with h = (a - b)/2. Token 2 goes from
+    # [1, 0, 3, 1] to [9, -4, 0, 7] (the notebook's batch).
+    a = [2.0, 4.0, 6.0, 8.0]
+
+    def bn_first(b):
+        return [(x - y) / 2 / math.sqrt(((x - y) / 2) ** 2 + 1e-5) for x, y in zip(a, b)]
+
+    before, after = bn_first([1.0, 0.0, 3.0, 1.0]), bn_first([9.0, -4.0, 0.0, 7.0])
+    want = max(abs(p - q) for p, q in zip(before, after))
+    assert g["bn_moved"] == pytest.approx(want, rel=1e-13)
+    assert f"{g['bn_moved']:.3f}" == "2.000"  # column 1 flips sign: 0.5 vs -3.5
+
+
+def test_the_sweep_spans_the_decades_the_prose_quotes(g):
+    from notebooks import read
+
+    code = "\n".join(c.source for c in read(NB).cells if c.cell_type == "code")
+    assert "k = np.logspace(-5, 2, 400)" in code  # k from 1e-5 to 1e2
+    assert g["sweep_decades"] == 2 - (-5)
+    markdown = "\n".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    assert "{glue:text}`sweep_decades:d` decades" in markdown
+    assert "seven decades" not in markdown
+
+
+def test_no_magic_inline_backend_yet_the_sweep_figure_is_stored_as_png():
+    from notebooks import read
+
+    first = next(c for c in read(NB).cells if c.cell_type == "code")
+    assert "%matplotlib" not in first.source
+    # ipykernel's default (inline) backend still renders the glued figure: a real PNG is stored
+    import base64
+
+    (png,) = [
+        o["data"]["application/papermill.record/image/png"]
+        for c in read(NB).cells if c.cell_type == "code" for o in c.outputs
+        if o.get("metadata", {}).get("scrapbook", {}).get("name") == "fig_scale_sweep"
+    ]
+    assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
 
 
 def test_the_scale_sweep_is_a_numbered_figure_with_a_caption():

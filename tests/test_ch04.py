@@ -6,6 +6,7 @@ with the seed's caption.
 """
 
 import math
+import re
 
 import pytest
 
@@ -59,7 +60,10 @@ def test_edge_of_the_plot(g):
     assert g["edge_ratio"] == pytest.approx(dh(t_max, 1.0) / dh(t_max, 1e-3), rel=1e-13)
     assert round(g["edge_ratio"]) == 874
     assert g["sens_min"] == pytest.approx(dh(t_max, 1e-3), rel=1e-13)
-    assert 1e-5 < g["sens_min"] < 1e-4 and 10 < g["peak_0"] < 100  # "six decades"
+    # "span more than <sens_decades> decades": whole decades from the edge value to the peak
+    assert g["sens_decades"] == math.floor(math.log10(1e-3**-0.5 / dh(t_max, 1e-3))) == 6
+    # "The largest, <eps_largest>": the largest plotted eps, whose curve the edge numbers use
+    assert g["eps_largest"] == max(resp.EPS_VALUES) == 1.0
 
 
 def test_pytorch_default_is_a_step_at_this_scale(g):
@@ -81,9 +85,12 @@ def test_the_book_shows_the_committed_figure_numbered_with_the_seeds_caption(mar
     assert "{numref}`fig-response`" in markdown
     assert ("Layer-normalization response and sensitivity for $(-t, 0, t)$; "
             "unit gains and zero biases.") in markdown
-    # the caption names the plotted eps values
-    assert resp.EPS_VALUES == (1e-3, 1e-2, 1e-1, 1.0)
-    assert r"$\varepsilon = 10^{-3}, 10^{-2}, 10^{-1}, 1$" in markdown
+    # the caption names the plotted eps values (typed in the caption: read them back)
+    typed = re.search(r"for\n\$\\varepsilon = ([^$]*)\$ \(the seed's original", markdown).group(1)
+    assert typed == "10^{-3}, 10^{-2}, 10^{-1}, 1"
+    as_numbers = [1.0 if x == "1" else 10.0 ** int(re.fullmatch(r"10\^\{(-?\d+)\}", x).group(1))
+                  for x in typed.split(", ")]
+    assert tuple(as_numbers) == resp.EPS_VALUES
     assert "{cite}`seed000`" in markdown and "{ref}`ch3`" in markdown
 
 

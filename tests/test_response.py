@@ -93,9 +93,14 @@ def test_core_velocity_at_zero_attains_the_lipschitz_bound():
     assert sp.simplify(vel.norm() / sp.sqrt(2) - 1 / sp.sqrt(eps)) == 0
 
 
-def test_derivations_are_memoized():
-    assert resp.derive_sensitivity() is resp.derive_sensitivity()
-    assert resp.response_limits() is resp.response_limits()
+def test_the_family_is_built_by_the_shared_definition():
+    # The chapter's derivations start from lneps.symbolic.definition, not a second copy of the
+    # formulas: its core on (-t, 0, t) is exactly the family core used here.
+    from lneps.symbolic import definition
+
+    ln = definition(3, eps=eps, z=(-t, 0, t))
+    assert tuple(resp.family_core()) == tuple(ln.u)
+    assert resp.derive_response() == ln.u[2]
 
 
 # --- numeric ----------------------------------------------------------------------------
@@ -144,6 +149,50 @@ def test_bad_input():
         resp.response_figure([0.1, 0.0])
     with pytest.raises(ValueError, match="n must be"):
         resp.response_figure(n=100)
+
+
+@pytest.mark.parametrize("fraction, error, message", [
+    ("0.5", TypeError, "fraction must be a real number"),
+    (np.array([0.5, 0.9]), TypeError, "fraction must be a real number"),
+    ([0.5], TypeError, "fraction must be a real number"),
+    (None, TypeError, "fraction must be a real number"),
+    (True, TypeError, "fraction must be a real number"),
+    (float("nan"), ValueError, r"fraction must be in \(0, 1\)"),
+    (0.0, ValueError, r"fraction must be in \(0, 1\)"),
+])
+def test_saturation_point_names_a_bad_fraction(fraction, error, message):
+    with pytest.raises(error, match=message):
+        resp.saturation_point(fraction, 0.1)
+
+
+def test_saturation_point_accepts_numpy_scalars():
+    want = math.sqrt(1.5 * 0.1 * 0.81 / 0.19)
+    assert resp.saturation_point(np.float64(0.9), 0.1) == pytest.approx(want, rel=1e-14)
+    assert resp.saturation_point(np.float32(0.5), np.float32(0.5)) == pytest.approx(
+        math.sqrt(1.5 * 0.5 * 0.25 / 0.75), rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"t_max": math.inf}, ValueError, "t_max must be finite and > 0"),
+    ({"t_max": math.nan}, ValueError, "t_max must be finite and > 0"),
+    ({"t_max": -1.0}, ValueError, "t_max must be finite and > 0"),
+    ({"t_max": "4"}, TypeError, "t_max must be a real number"),
+    ({"t_max": True}, TypeError, "t_max must be a real number"),
+    ({"n": "101"}, TypeError, "n must be an integer"),
+    ({"n": 101.0}, TypeError, "n must be an integer"),
+    ({"n": None}, TypeError, "n must be an integer"),
+    ({"n": 1}, ValueError, "n must be an odd number from 3"),
+    ({"n": 10**9 + 1}, ValueError, "n must be an odd number from 3"),
+])
+def test_response_figure_names_a_bad_range(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        resp.response_figure(**kwargs)
+
+
+def test_response_figure_accepts_numpy_scalars_for_the_range():
+    small = resp.response_figure((0.1,), t_max=np.float32(2.0), n=np.int64(5))
+    (line,) = _lines(small, "response").values()
+    assert list(line.get_xdata()) == [-2.0, -1.0, 0.0, 1.0, 2.0]
     with pytest.raises(ValueError, match="png"):
         resp.save_response_figure("figure.svg")
 

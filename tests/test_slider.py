@@ -48,6 +48,76 @@ def test_grid_axis_includes_both_ends_and_rejects_a_ragged_range():
         grid_axis(float("nan"), 1, 1, name="c")
 
 
+def test_grid_axis_accepts_numpy_scalars_and_refuses_bools():
+    want = [-1.0, -0.5, 0.0, 0.5, 1.0]
+    assert grid_axis(np.float32(-1), np.int64(1), np.float64(0.5)).tolist() == want
+    assert grid_axis(np.int32(-1), 1, np.float32(0.5)).dtype == np.float64
+    with pytest.raises(TypeError, match="k: hi must be a finite number"):
+        grid_axis(0, True, 1, name="k")
+    with pytest.raises(TypeError, match="k: step must be a finite number"):
+        grid_axis(0, 1, np.bool_(True), name="k")
+    with pytest.raises(TypeError, match="c: hi must be a finite number"):
+        grid_axis(0, np.float64("inf"), 1, name="c")
+    with pytest.raises(TypeError, match="c: lo must be a finite number"):
+        grid_axis("0", 1, 1, name="c")
+
+
+# Each bad grid would make the page script (which indexes with ks[1] - ks[0]) show wrong
+# values or fail; the constructor must refuse it and name the axis.
+@pytest.mark.parametrize("bad, message", [
+    ([1.0, 0.0, -1.0], "ks must be strictly ascending"),
+    ([0.0, 0.0, 1.0], "ks must be strictly ascending"),
+    ([-1.0, 1.0, 0.0], "ks must be strictly ascending"),
+    ([0.0, 1.0, 3.0], "ks must be evenly spaced"),
+    ([0.0, 0.25, 0.5, 1.0], "ks must be evenly spaced"),
+    ([[0.0, 1.0], [2.0, 3.0]], r"ks must be 1-D; got shape \(2, 2\)"),
+    ([], "ks must have at least 2 points"),
+    ([1.0], "ks must have at least 2 points"),
+    ([0.0, 1.0, np.nan], "ks must be finite"),
+])
+def test_the_grid_must_be_ascending_evenly_spaced_and_1d(bad, message):
+    with pytest.raises(ValueError, match=message):
+        TokenSlider(bad, [0.0, 1.0], k0=1.0)
+    with pytest.raises(ValueError, match=message.replace("ks", "cs")):
+        TokenSlider([0.0, 1.0], bad, k0=1.0, c0=1.0)
+
+
+def test_a_non_numeric_grid_is_a_type_error():
+    with pytest.raises(TypeError, match="ks must be a 1-D sequence of real numbers"):
+        TokenSlider(["a", "b"], [0.0, 1.0], k0=0.0)
+
+
+def test_a_grid_from_float_steps_is_accepted_and_indexed_by_its_first_step():
+    # 0.1 * i is not exactly evenly spaced in binary; rounding must not be mistaken for a gap.
+    ks = 0.1 * np.arange(21)
+    s = TokenSlider(ks, [0.0, 1.0], k0=0.0)
+    data = s.data()
+    assert data["kstep"] == pytest.approx(0.1, rel=1e-12) and data["nk"] == 21
+    assert [data["k"][0] + i * data["kstep"] for i in range(21)] == pytest.approx(ks.tolist())
+
+
+@pytest.mark.parametrize("digits, error, message", [
+    (-1, ValueError, "digits must be in 0..20"),
+    (21, ValueError, "digits must be in 0..20"),
+    (2.5, TypeError, "digits must be an integer"),
+    ("3", TypeError, "digits must be an integer"),
+    (True, TypeError, "digits must be an integer"),
+])
+def test_digits_must_be_an_integer_that_tofixed_accepts(digits, error, message):
+    with pytest.raises(error, match=message):
+        TokenSlider([0.0, 1.0], [0.0, 1.0], k0=0.0, digits=digits)
+    with pytest.raises(error, match=message):
+        slider_values([1.0], [0.0], digits=digits)
+
+
+def test_digits_at_the_ends_of_the_range():
+    assert TokenSlider([0.0, 1.0], [0.0, 1.0], k0=1.0, digits=0).values[1, 0].tolist() == [-1, 0, 0, 1]
+    wide = TokenSlider([0.0, 1.0], [0.0, 1.0], k0=1.0, digits=np.int64(20))
+    assert wide.digits == 20 and type(wide.digits) is int
+    # 20 decimals keep every digit a float64 has (np.round may move the last bit)
+    np.testing.assert_allclose(wide.values[1, 0], lneps.layer_norm(np.array(BASE_TOKEN)), rtol=1e-15)
+
+
 def test_the_seed_points_equal_layer_norm(slider):
     token = np.array(BASE_TOKEN)
     for k, c, expected in [
@@ -105,7 +175,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="start"):
         token_slider(k0=0.1)
     with pytest.raises(ValueError, match="element_id"):
-        TokenSlider([0.0, 1.0], [0.0], k0=0.0, element_id="a b")
+        TokenSlider([0.0, 1.0], [0.0, 1.0], k0=0.0, element_id="a b")
     with pytest.raises(ValueError, match="eps must be >= 0"):
         token_slider(eps=-1.0)
 

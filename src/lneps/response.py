@@ -18,6 +18,8 @@ biases 0 throughout.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import os
 from pathlib import Path
 
@@ -146,8 +148,11 @@ def derive_saturation_point() -> sp.Expr:
 def saturation_point(fraction: float, eps: float) -> float:
     """Numeric :func:`derive_saturation_point`: where the response reaches ``fraction`` of its limit."""
     eps = check_eps(eps)
-    if not 0 < fraction < 1:
+    if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, numbers.Real):
+        raise TypeError(f"fraction must be a real number; got {type(fraction).__name__} {fraction!r}")
+    if not 0 < fraction < 1:  # also refuses NaN
         raise ValueError(f"fraction must be in (0, 1); got {fraction!r}")
+    fraction = float(fraction)
     return float(derive_saturation_point().subs({F: fraction, EPSILON: eps}))
 
 
@@ -224,6 +229,9 @@ EPS_VALUES = (1e-3, 1e-2, 1e-1, 1.0)
 T_MAX = 4.0
 #: An odd count puts t = 0 (the peak) on the grid exactly.
 N_POINTS = 2001
+#: The most points :func:`response_figure` draws per curve: far more than a figure can show,
+#: and few enough that a mistyped ``n`` cannot exhaust memory.
+_MAX_POINTS = 1_000_001
 FIGURE_NAME = "layer-normalization-epsilon-response.png"
 FIGSIZE = (9.0, 3.8)
 DPI = 100
@@ -251,10 +259,15 @@ def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_P
     eps_values = tuple(check_eps(e) for e in eps_values)
     if not eps_values or min(eps_values) == 0:
         raise ValueError(f"eps_values must be a non-empty sequence of eps > 0; got {eps_values!r}")
-    if not t_max > 0:
-        raise ValueError(f"t_max must be > 0; got {t_max!r}")
-    if n < 3 or n % 2 == 0:
-        raise ValueError(f"n must be an odd number >= 3 (so t = 0 is on the grid); got {n!r}")
+    if isinstance(t_max, (bool, np.bool_)) or not isinstance(t_max, numbers.Real):
+        raise TypeError(f"t_max must be a real number; got {type(t_max).__name__} {t_max!r}")
+    if not (math.isfinite(t_max) and t_max > 0):
+        raise ValueError(f"t_max must be finite and > 0; got {t_max!r}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an integer; got {type(n).__name__} {n!r}")
+    if not 3 <= n <= _MAX_POINTS or n % 2 == 0:
+        raise ValueError(
+            f"n must be an odd number from 3 to {_MAX_POINTS} (so t = 0 is on the grid); got {n!r}")
     t = _grid(float(t_max), int(n))
     limit = float(response_limits()[1])
     with mpl.style.context("default"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from html import escape
 
 import numpy as np
@@ -24,7 +25,10 @@ import numpy as np
 from ._checks import check_eps
 from .norms import layer_norm
 
-__all__ = ["BASE_TOKEN", "grid_axis", "slider_values", "TokenSlider", "token_slider"]
+__all__ = [
+    "BASE_TOKEN", "grid_axis", "check_grid", "check_digits", "slider_values", "TokenSlider",
+    "token_slider",
+]
 
 BASE_TOKEN = (2.0, 4.0, 6.0, 8.0)
 """The seed's token [2, 4, 6, 8]; the slider shows ``k * BASE_TOKEN + c``."""
@@ -37,9 +41,11 @@ def grid_axis(lo: float, hi: float, step: float, name: str = "axis") -> np.ndarr
     to ``min + n * step``) lands exactly on a grid point.
     """
     for label, value in (("lo", lo), ("hi", hi), ("step", step)):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        # numbers.Real admits NumPy scalars (np.float32, np.int64); bool is a Real we refuse.
+        number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
         if not number or not math.isfinite(value):
             raise TypeError(f"{name}: {label} must be a finite number; got {value!r}")
+    lo, hi, step = float(lo), float(hi), float(step)
     if step <= 0:
         raise ValueError(f"{name}: step must be > 0; got {step!r}")
     if hi < lo:
@@ -50,6 +56,40 @@ def grid_axis(lo: float, hi: float, step: float, name: str = "axis") -> np.ndarr
     return lo + step * np.arange(round(n) + 1, dtype=np.float64)
 
 
+def check_grid(axis, name: str) -> np.ndarray:
+    """``axis`` as a float64 array, checked to be a grid the page script can index.
+
+    The script maps a slider position to an index with ``(value - axis[0]) / step`` where
+    ``step = axis[1] - axis[0]``, so the axis must be 1-D, finite, strictly ascending and
+    evenly spaced (to 1e-9 of a step), with at least 2 points.
+    """
+    try:
+        arr = np.asarray(axis, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a 1-D sequence of real numbers; got {axis!r}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {arr.shape}")
+    if arr.size < 2:
+        raise ValueError(f"{name} must have at least 2 points (a slider needs a step); got {arr.size}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; got {arr.tolist()!r}")
+    gaps = np.diff(arr)
+    if not np.all(gaps > 0):
+        raise ValueError(f"{name} must be strictly ascending")
+    if np.max(np.abs(gaps - gaps[0])) > 1e-9 * gaps[0]:
+        raise ValueError(f"{name} must be evenly spaced; steps range from {gaps.min()!r} to {gaps.max()!r}")
+    return arr
+
+
+def check_digits(digits) -> int:
+    """``digits``, the decimals shown, as an int in 0..20 (the range of JavaScript's toFixed)."""
+    if isinstance(digits, (bool, np.bool_)) or not isinstance(digits, numbers.Integral):
+        raise TypeError(f"digits must be an integer; got {type(digits).__name__} {digits!r}")
+    if not 0 <= digits <= 20:
+        raise ValueError(f"digits must be in 0..20 (JavaScript's toFixed); got {digits!r}")
+    return int(digits)
+
+
 def slider_values(ks, cs, token=BASE_TOKEN, *, eps: float = 1e-5, digits: int = 3) -> np.ndarray:
     r"""``out[i, j] = round(layer_norm(ks[i] * token + cs[j], eps=eps), digits)``.
 
@@ -58,6 +98,7 @@ def slider_values(ks, cs, token=BASE_TOKEN, *, eps: float = 1e-5, digits: int = 
     page stores no more digits than it shows and never rounds a second time.
     """
     eps = check_eps(eps)
+    digits = check_digits(digits)
     ks = np.asarray(ks, dtype=np.float64).reshape(-1)
     cs = np.asarray(cs, dtype=np.float64).reshape(-1)
     t = np.asarray(token, dtype=np.float64).reshape(-1)
@@ -156,20 +197,21 @@ class TokenSlider:
 
     def __init__(self, ks, cs, *, token=BASE_TOKEN, eps=1e-5, digits=3, k0=1.0, c0=0.0,
                  element_id="lneps-slider"):
-        self.ks = np.asarray(ks, dtype=np.float64)
-        self.cs = np.asarray(cs, dtype=np.float64)
+        self.ks = check_grid(ks, "ks")
+        self.cs = check_grid(cs, "cs")
         self.token = tuple(float(t) for t in token)
         self.eps = check_eps(eps)
-        self.digits = int(digits)
+        self.digits = check_digits(digits)
         if not (np.any(self.ks == k0) and np.any(self.cs == c0)):
             raise ValueError(f"the start (k0={k0!r}, c0={c0!r}) must be a grid point")
-        if not element_id.replace("-", "").replace("_", "").isalnum():
+        if not isinstance(element_id, str) or not element_id.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"element_id must be letters, digits, '-' or '_'; got {element_id!r}")
         self.k0, self.c0, self.element_id = float(k0), float(c0), element_id
         self.values = slider_values(self.ks, self.cs, self.token, eps=self.eps, digits=self.digits)
 
     def _step(self, axis: np.ndarray) -> float:
-        return float(axis[1] - axis[0]) if axis.size > 1 else 1.0
+        # check_grid guarantees at least 2 evenly spaced points.
+        return float(axis[1] - axis[0])
 
     def data(self) -> dict:
         """What the page embeds: the grid, the token and every normalized value (flat)."""
