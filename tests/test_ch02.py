@@ -85,3 +85,11 @@ def test_seed_004_constant_input_divides_by_sqrt_eps_not_eps(g):
     assert g["nudge_gain"] == pytest.approx(slope, rel=1e-12)
     assert g["nudge_gain"] == pytest.approx(eps**-0.5, rel=1e-4)
     assert g["nudge_bound"] == pytest.approx(eps**-0.5, rel=1e-15)
+
+
+def test_counts_and_answers_quoted_in_the_prose(g):
+    assert g["sweep_decades"] == 12  # logspace(-6, 6): twelve decades of q/eps
+    assert g["big_ratio"] == pytest.approx(0.001 / 0.1, rel=1e-15)
+    # Check yourself 1: q = 3 eps gives a core variance of 3/4, from the SymPy formula.
+    assert sp.sympify(g["ms_at_3eps"]) == sp.Rational(3, 4)
+    assert sp.simplify(sym.core_mean_square(3).subs(sym.Q, 3 * sym.EPS) - sp.Rational(3, 4)) == 0

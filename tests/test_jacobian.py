@@ -180,6 +180,55 @@ def test_unknown_method_and_bad_step():
         lneps.numerical_jacobian(lneps.layer_norm, np.ones((2, 2)))
 
 
+@pytest.mark.parametrize("step", ["x", True, np.bool_(False), 1e-6j, [1e-6]])
+def test_step_of_the_wrong_type_is_a_type_error(step):
+    with pytest.raises(TypeError, match="step must be a real number"):
+        lneps.numerical_jacobian(lneps.layer_norm, [1.0, 2.0], step=step)
+
+
+def test_numpy_and_integer_steps_are_accepted():
+    z = np.array([0.3, -1.2, 2.5])
+    a = lneps.numerical_jacobian(lneps.layer_norm, z, step=np.float64(1e-5))
+    b = lneps.numerical_jacobian(lneps.layer_norm, z, step=1e-5)
+    assert np.array_equal(a, b)
+    assert lneps.numerical_jacobian(lneps.layer_norm, z, step=1).shape == (3, 3)
+
+
+def test_identical_rows_are_rejected_by_name():
+    x = np.array([[1.0, 2.0, 3.0], [0.0, 1.0, 0.0]])
+    y = np.array([[1.0, 2.0, 4.0], [0.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="identical in row 1"):
+        lneps.lipschitz_ratios(x, y)
+    with pytest.raises(ValueError, match="identical in row 0"):
+        lneps.lipschitz_ratios(x[1], y[1])
+
+
+def test_lipschitz_ratios_with_gamma():
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=(50, 4)), rng.normal(size=(50, 4))
+    gamma, eps = np.array([0.5, -3.0, 2.0, 1.0]), 1e-3
+    # Reference: the core by hand, v / sqrt(q + eps), times gamma.
+    def core(a):
+        v = a - a.mean(axis=1, keepdims=True)
+        return v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps)
+    want = np.linalg.norm(gamma * (core(x) - core(y)), axis=1) / np.linalg.norm(x - y, axis=1)
+    got = lneps.lipschitz_ratios(x, y, eps=eps, gamma=gamma)
+    assert np.allclose(got, want, rtol=1e-12)
+    assert np.allclose(lneps.lipschitz_ratios(x, y, eps=eps, gamma=-2.0),
+                       2 * lneps.lipschitz_ratios(x, y, eps=eps), rtol=1e-12)
+    assert not np.allclose(got, lneps.lipschitz_ratios(x, y, eps=eps))
+
+
+def test_eps_zero_at_a_constant_input_is_nan_in_both_functions():
+    z = np.full(4, 1.5)
+    assert np.isnan(lneps.jacobian(z, eps=0.0)).all()
+    assert np.isnan(lneps.predicted_eigenvalues(z, eps=0.0)).all()
+    # eps = 0 away from a constant input is fine in both.
+    z = np.array([1.0, -1.0, 0.0, 0.0])
+    assert np.allclose(np.linalg.eigvalsh(lneps.jacobian(z, eps=0.0)),
+                       lneps.predicted_eigenvalues(z, eps=0.0), atol=1e-14)
+
+
 def test_lipschitz_ratios_shape_mismatch():
     with pytest.raises(ValueError, match="same shape"):
         lneps.lipschitz_ratios(np.ones(3), np.ones(4))

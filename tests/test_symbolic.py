@@ -114,12 +114,61 @@ def test_directional_derivative_for_every_d():
     assert is_zero(dd["v"] + vh / (d * (Q + EPS) ** sp.Rational(3, 2)))
 
 
-def test_eigenvalue_predictions():
-    ev = sym.eigen_predictions()
-    assert ev["one"] == 0
-    assert is_zero(ev["radial"] - EPS / (Q + EPS) ** sp.Rational(3, 2))
-    assert is_zero(ev["tangential"] - 1 / sp.sqrt(Q + EPS))
-    assert is_zero(ev["constant_input"] - 1 / sp.sqrt(EPS))
+EXPECTED_EIGENVALUES = {
+    "one": sp.Integer(0),
+    "radial": EPS / (Q + EPS) ** sp.Rational(3, 2),
+    "tangential": 1 / sp.sqrt(Q + EPS),
+    "constant_input": 1 / sp.sqrt(EPS),
+}
+
+
+@pytest.mark.parametrize("d", [3, 4])
+def test_eigenvalues_derived_from_the_symbolic_jacobian(d):
+    ev = sym.eigen_predictions(d)
+    assert set(ev) == set(EXPECTED_EIGENVALUES)
+    for key, want in EXPECTED_EIGENVALUES.items():
+        assert is_zero(ev[key] - want), key
+
+
+def _matrix(entry, d):
+    return sp.Matrix(d, d, lambda i, j: entry(i, j, sp.symbols(f"v_1:{d + 1}", real=True), d, sym.S))
+
+
+def test_eigenvalues_of_the_closed_form_agree():
+    ev = sym.eigen_predictions(4, _matrix(sym.closed_form_entry, 4))
+    assert all(is_zero(ev[k] - want) for k, want in EXPECTED_EIGENVALUES.items())
+
+
+@pytest.mark.parametrize("d", [3, 4])
+def test_a_wrong_jacobian_gives_wrong_eigenvalues(d):
+    # Without the v v^T term, v is an eigenvector with eigenvalue 1/s, not eps/s^3.
+    ev = sym.eigen_predictions(d, _matrix(_without_vvT, d))
+    assert is_zero(ev["radial"] - 1 / sp.sqrt(Q + EPS))
+    assert not is_zero(ev["radial"] - EXPECTED_EIGENVALUES["radial"])
+    halved = sym.eigen_predictions(d, _matrix(_halved, d))["radial"]
+    assert is_zero(halved - (Q / 2 + EPS) / (Q + EPS) ** sp.Rational(3, 2))
+    # s^2 in place of s^3: 1/s - q/s^2, not eps/s^3.
+    wrong = sym.eigen_predictions(d, _matrix(_wrong_power, d))["radial"]
+    assert is_zero(wrong - (1 / sp.sqrt(Q + EPS) - Q / (Q + EPS)))
+    assert not is_zero(wrong - EXPECTED_EIGENVALUES["radial"])
+
+
+def test_a_non_symmetric_perturbation_breaks_the_eigenvectors():
+    with pytest.raises(AssertionError, match="not an eigenvector"):
+        sym.eigen_predictions(4, _matrix(_one_entry_off, 4))
+
+
+def test_eigen_predictions_needs_a_direction_orthogonal_to_1_and_v():
+    with pytest.raises(ValueError, match="d must be >= 3"):
+        sym.eigen_predictions(2)
+    with pytest.raises(ValueError, match="4 x 4"):
+        sym.eigen_predictions(4, sp.eye(3))
+
+
+def test_definition_rejects_z_of_the_wrong_length():
+    with pytest.raises(ValueError, match="z must have d = 3 entries; got 2"):
+        sym.definition(3, z=[1, 2])
+    assert sym.definition(3, z=[1, 2, 3]).mu == 2
 
 
 def test_norm_bound_eps_to_the_minus_half_attained_at_constant_input():

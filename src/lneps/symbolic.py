@@ -62,11 +62,16 @@ class LayerNormDefinition:
 
 
 def definition(d: int, eps=EPS, z=None) -> LayerNormDefinition:
-    r"""The layer-norm core of d real symbols (or of the given entries ``z``), from its definition."""
+    r"""The layer-norm core of d real symbols (or of the given d entries ``z``), from its definition.
+
+    Raises ValueError when d is not a positive integer or ``z`` does not have d entries.
+    """
+    d = _check_d(d)
     if z is None:
-        z = sp.symbols(f"z_1:{_check_d(d) + 1}", real=True)
+        z = sp.symbols(f"z_1:{d + 1}", real=True)
     z = tuple(sp.sympify(zi) for zi in z)
-    d = len(z)
+    if len(z) != d:
+        raise ValueError(f"z must have d = {d} entries; got {len(z)}")
     mu = sp.Add(*z) / d
     v = tuple(zi - mu for zi in z)
     q = sp.Add(*[vi**2 for vi in v]) / d
@@ -80,9 +85,9 @@ def _check_d(d) -> int:
     return d
 
 
-def _rename_q(expr, ln: LayerNormDefinition):
-    """Write the expanded polynomial q(z) as the symbol q inside ``expr``."""
-    return expr.xreplace({ln.q + EPS: Q + EPS})
+def _rename_q(expr, ln: LayerNormDefinition, q=Q):
+    """Write the polynomial q(z) of ``ln`` as ``q`` (default: the symbol q) inside ``expr``."""
+    return expr.xreplace({ln.q + EPS: q + EPS})
 
 
 def core_mean(d: int) -> sp.Expr:
@@ -98,7 +103,7 @@ def core_mean_square(d: int) -> sp.Expr:
     renamed d q after SymPy checked that identity (expanded, the two agree term by term).
     """
     ln = definition(d)
-    ms = (sp.Add(*[ui**2 for ui in ln.u]) / d).xreplace({ln.q + EPS: Q + EPS})
+    ms = _rename_q(sp.Add(*[ui**2 for ui in ln.u]) / d, ln)
     numerator = sp.cancel(ms * (Q + EPS))  # the sum of squares over d, a polynomial in z
     ratio = sp.cancel(numerator / ln.q)
     if ratio.free_symbols:
@@ -145,8 +150,8 @@ def scaling_factor(d: int = 3, a=None) -> sp.Expr:
         raise AssertionError("q(az) != a^2 q(z)")
     ratios = set()
     for su, uu in zip(scaled.u, ln.u):
-        su = su.xreplace({scaled.q + EPS: a**2 * Q + EPS})
-        uu = uu.xreplace({ln.q + EPS: Q + EPS})
+        su = _rename_q(su, scaled, a**2 * Q)
+        uu = _rename_q(uu, ln)
         ratios.add(sp.simplify(sp.cancel(su / uu)))
     if len(ratios) != 1:
         raise AssertionError(f"the ratio depends on the coordinate: {ratios}")
@@ -224,13 +229,18 @@ def jacobian_entries(d: int):
     r"""SymPy's :math:`\partial u_i/\partial z_j` for explicit d as a Matrix in v_1..v_d and
     :math:`s=\sqrt{q+\varepsilon}`, by the chain rule through v(z) and q(v)."""
     V, dv_dz, dq_dz, dg_dV, dg_dq, _ = _chain_rule_parts(_check_d(d))
-    return sp.Matrix(d, d, lambda i, j: _entry(i, j, V, dv_dz, dq_dz, dg_dV, dg_dq))
+    sparse = _nonzero(dg_dV)
+    return sp.Matrix(d, d, lambda i, j: _entry(i, j, sparse, dv_dz, dg_dq, dq_dz))
 
 
-def _entry(i, j, V, dv_dz, dq_dz, dg_dV, dg_dq):
-    # sum_k dg_i/dV_k dv_k/dz_j + dg_i/dq dq/dz_j, skipping the k where dg_i/dV_k is 0
-    terms = [g_ik * dv_dz[k][j] for k, g_ik in enumerate(dg_dV[i]) if g_ik != 0]
-    return sp.Add(*terms) + dg_dq[i] * dq_dz[j]
+def _nonzero(dg_dV):
+    """Per row i, the pairs (k, dg_i/dV_k) with a nonzero derivative (SymPy finds only k = i)."""
+    return [[(k, e) for k, e in enumerate(row) if e != 0] for row in dg_dV]
+
+
+def _entry(i, j, sparse, dv_dz, dg_dq, dq_dz):
+    """The chain rule for one entry: sum_k dg_i/dV_k dv_k/dz_j + dg_i/dq dq/dz_j."""
+    return sp.Add(*[g_ik * dv_dz[k][j] for k, g_ik in sparse[i]]) + dg_dq[i] * dq_dz[j]
 
 
 def _reduce_mod_sum(linear, V):
@@ -264,12 +274,11 @@ def check_jacobian(d: int, closed_form=closed_form_entry) -> bool:
     """
     V, dv_dz, dq_dz, dg_dV, dg_dq, last = _chain_rule_parts(_check_d(d))
     dq_r = [_reduce_mod_sum(e, V) for e in dq_dz]
-    # Only the nonzero dg_i/dV_k are kept (SymPy finds dg_i/dV_k = 0 for k != i).
-    sparse = [[(k, e) for k, e in enumerate(row) if e != 0] for row in dg_dV]
+    sparse = _nonzero(dg_dV)
     elim = {V[-1]: last}
     for i in range(d):
         for j in range(d):
-            entry = sp.Add(*[g_ik * dv_dz[k][j] for k, g_ik in sparse[i]]) + dg_dq[i] * dq_r[j]
+            entry = _entry(i, j, sparse, dv_dz, dg_dq, dq_r)
             claim = closed_form(i, j, V, d, S)
             # Same canonical SymPy tree: equal. Otherwise the difference must vanish.
             if entry == claim:
@@ -305,29 +314,73 @@ def directional_derivative():
     return {"v": sp.simplify(coeff_v), "Ph": sp.simplify(coeff_Ph), "d": d, "vh": vh}
 
 
-def eigen_predictions() -> dict:
-    r"""The eigenvalues of the closed form, derived from :math:`Ch = Ph/s - v(v\cdot h)/(ds^3)`.
+def eigen_predictions(d: int = 4, entries=None) -> dict:
+    r"""Eigenvalues of the Jacobian for explicit d (>= 3), derived by applying it to vectors.
 
-    * h = 1: P1 = 0 and v·1 = 0, so C1 = 0.
-    * h = v: Pv = v and v·v = dq, so Cv = (1/s - q/s^3) v.
-    * h = w with w ⟂ 1, w ⟂ v: Pw = w and v·w = 0, so Cw = w/s.
-    * v = 0 (constant input, q = 0): C = P/sqrt(eps).
+    ``entries`` is the d x d Jacobian in the symbols v_1..v_d and :math:`s=\sqrt{q+\varepsilon}`
+    (default: SymPy's :func:`jacobian_entries`; pass another matrix to see what it implies).
+    On the hyperplane :math:`\mathbf 1^{\mathsf T}v = 0` (v_d replaced by
+    :math:`-(v_1+\dots+v_{d-1})`) it is applied to
+
+    * :math:`\mathbf 1` (key ``"one"``),
+    * v itself (``"radial"``),
+    * :math:`w = e_1 - \mathbf 1/d - (v_1/v\cdot v)\,v`, orthogonal to :math:`\mathbf 1` and
+      v by construction (``"tangential"``),
+    * at v = 0 (so q = 0, :math:`s = \sqrt\varepsilon`), a generic centered vector
+      (``"constant_input"``).
+
+    For each x, :math:`\lambda = (Jx)_k/x_k` at the first nonzero :math:`x_k`, and
+    :math:`Jx - \lambda x` must cancel to the zero vector (else AssertionError: x is no
+    eigenvector). :math:`\lambda` is then written in :math:`q = v\cdot v/d` by polynomial
+    division and :math:`s = \sqrt{q+\varepsilon}`; any v left over raises AssertionError.
     """
-    d = sp.Symbol("d", positive=True, integer=True)
-    s = sp.sqrt(Q + EPS)
+    d = _check_d(d)
+    if d < 3:
+        raise ValueError(f"d must be >= 3 (a direction orthogonal to 1 and v); got {d}")
+    V, *_, last = _chain_rule_parts(d)
+    J = jacobian_entries(d) if entries is None else sp.Matrix(entries)
+    if J.shape != (d, d):
+        raise ValueError(f"entries must be a {d} x {d} matrix; got shape {J.shape}")
+    on_plane = {V[-1]: last}
+    J = J.xreplace(on_plane)
+    v = sp.Matrix([Vk.xreplace(on_plane) for Vk in V])
+    ones = sp.ones(d, 1)
+    vv = sp.expand((v.T * v)[0])
+    w = sp.eye(d)[:, 0] - ones / d - (v[0] / vv) * v
+    if sp.cancel((ones.T * w)[0]) != 0 or sp.cancel((v.T * w)[0]) != 0:
+        raise AssertionError("w is not orthogonal to 1 and v")
+    result = {
+        "one": _in_q(_eigenvalue(J, ones), vv, d, V),
+        "radial": _in_q(_eigenvalue(J, v), vv, d, V),
+        "tangential": _in_q(_eigenvalue(J, w), vv, d, V),
+    }
+    # Constant input: v = 0, hence q = 0 and s = sqrt(eps); x is any centered vector.
+    J0 = J.xreplace({Vk: 0 for Vk in V}).subs(S, sp.sqrt(EPS))
+    result["constant_input"] = sp.simplify(_eigenvalue(J0, v))
+    return result
 
-    def image(Ph_is_h: bool, vh):
-        # coefficient of h (when Ph = h, else Ph = 0) and of v in C h
-        c_h = (1 / s) if Ph_is_h else sp.Integer(0)
-        return sp.simplify(c_h), sp.simplify(-vh / (d * s**3))
 
-    one = image(False, 0)              # P1 = 0, v.1 = 0
-    c_h, c_v = image(True, d * Q)      # h = v: Pv = v, v.v = d q; both terms are along v
-    radial = sp.simplify(sp.factor(c_h + c_v))
-    tangential = image(True, 0)[0]     # w: Pw = w, v.w = 0
-    constant = sp.simplify((1 / s).subs(Q, 0))
-    return {"one": one[0] + one[1], "radial": radial, "tangential": tangential,
-            "constant_input": constant}
+def _eigenvalue(J, x) -> sp.Expr:
+    """The lambda with J x = lambda x, read off one coordinate and checked on all of them."""
+    Jx = J * x
+    k = next(k for k in range(len(x)) if sp.cancel(x[k]) != 0)
+    lam = sp.cancel(Jx[k] / x[k])
+    if any(sp.cancel(e) != 0 for e in Jx - lam * x):
+        raise AssertionError("the vector is not an eigenvector of the matrix")
+    return lam
+
+
+def _in_q(lam, vv, d, V) -> sp.Expr:
+    """``lam`` (rational in v and s) in the symbol q: the numerator is divided by
+    v.v - d q in v_1, whose remainder must be free of v; then s = sqrt(q + eps)."""
+    num, den = sp.fraction(sp.cancel(lam))
+    parts = []
+    for poly in (num, den):
+        rem = sp.rem(sp.expand(poly), sp.expand(vv - d * Q), V[0])
+        if rem.free_symbols & set(V):
+            raise AssertionError(f"the eigenvalue depends on v beyond q: {lam}")
+        parts.append(rem)
+    return sp.simplify((parts[0] / parts[1]).subs(S, sp.sqrt(Q + EPS)))
 
 
 def norm_bound_facts() -> dict:
