@@ -42,6 +42,14 @@ def test_format_numbers_match_the_ieee_closed_forms():
     assert f32["machine_eps"] == 2.0**-23 == float(np.finfo(np.float32).eps)
 
 
+@pytest.mark.parametrize("name,exp_bits,p", [("float16", 5, 11), ("bfloat16", 8, 8), ("float32", 8, 24),
+                                              ("float64", 11, 53)])
+def test_exponent_and_significand_bits_fill_the_format(name, exp_bits, p):
+    row = P.format_info(name)
+    assert (row["exponent_bits"], row["significand_bits"]) == (exp_bits, p)
+    assert 1 + row["exponent_bits"] + row["significand_bits"] - 1 == row["bits"]  # sign, exponent, stored bits
+
+
 def test_significant_digits_is_p_log10_2_and_bfloat16_has_fewer_than_three():
     assert P.significant_digits(BF16) == pytest.approx(8 * math.log10(2))
     assert round(P.significant_digits(BF16), 2) == 2.41  # the seed said 3
@@ -91,6 +99,22 @@ def test_eps_fate_agrees_with_the_stored_value(eps):
         assert (fate == "normal") == (stored >= float(ml_dtypes.finfo(dt).smallest_normal))
 
 
+def test_fates_are_the_declared_names_and_the_table_agrees_with_eps_fate():
+    eps_values = [1e-3, 1e-5, 1e-8, 1e-30, 0.0]
+    rows = P.eps_survival_table(eps_values)
+    assert [r["eps"] for r in rows] == eps_values
+    for r in rows:
+        for name in P.FORMATS:
+            assert r[name + " fate"] in P.EPS_FATES and r[name + " fate"] == P.eps_fate(r["eps"], name)
+            assert r[name] == float(np.asarray(r["eps"]).astype(ml_dtypes.finfo(name).dtype))
+            assert r[name + " 1+eps==1"] == P.one_plus_eps_is_one(r["eps"], name)
+    assert {P.eps_fate(e, F16) for e in (1e-3, 1e-6, 1e-9)} == set(P.EPS_FATES)
+    with pytest.raises(ValueError, match="eps"):
+        P.eps_survival_table([1e-5, -1.0])
+    with pytest.raises(TypeError, match="dtype"):
+        P.eps_survival_table([1e-5], dtypes=["float16", "int8"])
+
+
 def test_bad_eps_and_dtype_are_rejected():
     with pytest.raises(ValueError, match="eps"):
         P.eps_fate(-1e-5, F16)
@@ -124,6 +148,33 @@ def test_rounded_sum_in_float64_is_close_to_the_exact_sum(values):
     got = float(P.rounded_sum(x, F64)[0])
     bound = 8 * len(values) * np.finfo(F64).eps * float(np.abs(x).sum())
     assert abs(got - math.fsum(values)) <= bound
+
+
+ROUNDED = {
+    "rounded_sum": lambda x: P.rounded_sum(x, F32),
+    "mean_and_variance": lambda x: P.mean_and_variance(x, dtype=F32),
+    "layer_norm_rounded": lambda x: P.layer_norm_rounded(x, eps=1e-5, dtype=F32),
+    "rms_norm_rounded": lambda x: P.rms_norm_rounded(x, eps=1e-6, dtype=F32),
+}
+
+
+@pytest.mark.parametrize("fn", ROUNDED)
+@pytest.mark.parametrize("bad,word", [
+    (np.array([1 + 2j, 3 - 1j]), "real"),  # the imaginary part must not be dropped silently
+    (np.array([True, False, True]), "numeric"),
+    (["1.5", "2"], "numeric"),
+])
+def test_rounded_arithmetic_rejects_complex_bool_and_strings(fn, bad, word):
+    with pytest.raises(TypeError, match=word) as info:
+        ROUNDED[fn](bad)
+    assert "x" in str(info.value)
+
+
+def test_rounded_arithmetic_takes_integers_and_lists():
+    assert float(P.rounded_sum([1, 2, 3], F16)[0]) == 6.0
+    mu, var = P.mean_and_variance([1, 2, 3, 6], dtype=F32)
+    assert (float(mu[0]), float(var[0])) == (3.0, 3.5)
+    np.testing.assert_allclose(P.rms_norm_rounded([3, 4], eps=0.0, dtype=F64), [3 / 12.5**0.5, 4 / 12.5**0.5])
 
 
 def test_rounded_sum_keeps_the_axis():
@@ -257,6 +308,61 @@ def test_family_rows():
     assert (c == c[:, :1]).all()
     with pytest.raises(ValueError, match="name"):
         P.family_rows("uniform", rng, 1, 1, F16)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
+    (dict(rng=3), TypeError, "rng"),
+    (dict(n=0), ValueError, "n"),
+    (dict(n=2.0), TypeError, "n"),
+    (dict(d=0), ValueError, "d"),
+    (dict(d=True), TypeError, "d"),
+    (dict(dtype="int16"), TypeError, "dtype"),
+])
+def test_family_rows_checks_its_arguments(kwargs, exc, word):
+    args = dict(name="N(0,1)", rng=np.random.default_rng(0), n=2, d=4, dtype=F16) | kwargs
+    with pytest.raises(exc, match=rf"\b{word}\b"):
+        P.family_rows(**args)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(ds=(8, 0)), ValueError, "ds"),  # d = 0 used to be a ZeroDivisionError
+    (dict(ds=()), ValueError, "ds"),
+    (dict(ds=8), TypeError, "ds"),
+    (dict(ds=(8.0,)), TypeError, "ds"),
+    (dict(rng=None), TypeError, "rng"),
+    (dict(elements=0), ValueError, "elements"),
+    (dict(methods={}), TypeError, "methods"),
+    (dict(dtype=None), TypeError, "dtype"),
+])
+def test_worst_ulp_survey_checks_its_arguments(kwargs, exc, word):
+    args = dict(methods={"id": lambda x: x}, reference=lambda x: x.astype(F64), dtype=F16, ds=(8,),
+                rng=np.random.default_rng(0), elements=64) | kwargs
+    methods, reference = args.pop("methods"), args.pop("reference")
+    with pytest.raises(exc, match=word):
+        P.worst_ulp_survey(methods, reference, **args)
+
+
+def test_worst_over_d_and_ulp_table():
+    # Rounding to float16 is within half an ulp; doubling a value is exact (0 ulp).
+    methods = {"round": lambda x: x, "double/2": lambda x: (x.astype(F64) * 2 / 2).astype(F16)}
+    ref = lambda x: x.astype(F64) + 0.25 * P.ulp(x.astype(F64), F16)  # a quarter ulp off every value
+    s = P.worst_ulp_survey(methods, ref, dtype=F16, ds=(4, 16), rng=np.random.default_rng(5),
+                           families=("N(0,1)", "sd 300"), elements=64)
+    assert P.worst_over_d(s, "round", "N(0,1)") == max(s["round", "N(0,1)", 4], s["round", "N(0,1)", 16])
+    assert P.worst_over_d(s, "round", "sd 300") == pytest.approx(0.25, abs=1e-12)
+    with pytest.raises(KeyError, match="constant"):
+        P.worst_over_d(s, "round", "constant")
+    assert P.ulp_table(s, methods) == ("family  round  double/2\n------  -----  --------\n"
+                                       "N(0,1)   0.25      0.25\nsd 300   0.25      0.25")
+    assert P.ulp_table(s, ["round"], families=["sd 300"]) == "family  round\n------  -----\nsd 300   0.25"
+
+
+@pytest.mark.parametrize("v,text", [(0.0, "0"), (0.4999, "0.50"), (9.994, "9.99"), (123.4, "123"),
+                                    (9999.4, "9999"), (1.234e5, "1.2e+05"), (np.inf, "inf"),
+                                    (np.float64(np.nan), "nan")])
+def test_fmt_ulp(v, text):
+    assert P.fmt_ulp(v) == text
 
 
 def test_text_table_layout():

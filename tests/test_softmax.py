@@ -19,11 +19,19 @@ def test_seed_example_overflows_naively_and_not_with_the_shift():
     assert np.round(lneps.softmax(logits), 4).tolist() == [0.09, 0.2447, 0.6652]
 
 
-def test_float16_exp_overflows_just_past_log_65504():
-    assert math.log(65504) == pytest.approx(11.0899, abs=1e-4)
-    with np.errstate(over="ignore"):
-        assert np.isfinite(np.exp(np.float16(11.0859375)))
-        assert np.isinf(np.exp(np.float16(11.09375)))  # the next float16
+def test_naive_float16_softmax_breaks_exactly_past_log_65504():
+    # 11.0859375 and 11.09375 are neighbouring float16 numbers on either side of ln 65504.
+    last, first_bad = np.float16(11.0859375), np.float16(11.09375)
+    assert np.nextafter(last, np.float16(np.inf)) == first_bad and float(last) < math.log(65504) < float(first_bad)
+    ok = lneps.softmax(np.array([last, 0.0], np.float16), stable=False)
+    # e^x / (e^x + 1) rounds to 1; 1 / (e^x + 1) = 1.53e-5 is a float16 subnormal
+    assert ok.dtype == np.float16 and ok[0] == 1 and ok[1] == pytest.approx(1 / (math.exp(11.0859375) + 1), rel=2e-2)
+    np.testing.assert_array_equal(ok, lneps.softmax(np.array([last, 0.0], np.float16)))
+    bad = lneps.softmax(np.array([first_bad, 0.0], np.float16), stable=False)
+    assert np.isnan(bad[0]) and bad[1] == 0  # inf / inf and 1 / inf
+    stable = lneps.softmax(np.array([first_bad, 0.0], np.float16))
+    assert stable.dtype == np.float16 and stable[0] == 1
+    assert stable[1] == pytest.approx(1 / (math.exp(11.09375) + 1), rel=2e-2)
     x = np.array([10.0, 11.0, 12.0], dtype=np.float16)
     naive = lneps.softmax(x, stable=False)
     assert naive.dtype == np.float16 and np.isnan(naive[2]) and (naive[:2] == 0).all()

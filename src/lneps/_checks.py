@@ -12,7 +12,15 @@ import numbers
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-__all__ = ["as_float_array", "check_eps", "check_axis", "check_affine", "check_float_dtype"]
+__all__ = [
+    "as_float_array",
+    "as_real_float_array",
+    "check_eps",
+    "check_axis",
+    "check_affine",
+    "check_float_dtype",
+    "check_positive_int",
+]
 
 
 def _is_float_dtype(dtype: np.dtype) -> bool:
@@ -44,6 +52,26 @@ def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
     raise TypeError(
         f"{name} must be numeric (integer, floating or complex); got dtype {dtype}"
     )
+
+
+def as_real_float_array(x, name: str = "x") -> np.ndarray:
+    """:func:`as_float_array` for real input only: ``TypeError`` for complex as well.
+
+    For arithmetic rounded to a real format, where dropping the imaginary part would be silent.
+    """
+    arr, _ = as_float_array(x, name)
+    if arr.dtype.kind == "c":
+        raise TypeError(f"{name} must be real; got complex dtype {arr.dtype}")
+    return arr
+
+
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as a Python int after checking that it is an integer >= 1 (not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer; got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1; got {value!r}")
+    return int(value)
 
 
 def check_eps(eps) -> float:

@@ -24,7 +24,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ._checks import check_axis, check_eps, check_float_dtype
+from ._checks import as_real_float_array, check_axis, check_eps, check_float_dtype, check_positive_int
 
 __all__ = [
     "FORMATS",
@@ -43,9 +43,13 @@ __all__ = [
     "ulp",
     "ulp_error",
     "worst_ulp_error",
+    "layer_norm_exact",
     "FAMILIES",
     "family_rows",
     "worst_ulp_survey",
+    "worst_over_d",
+    "fmt_ulp",
+    "ulp_table",
     "text_table",
 ]
 
@@ -68,13 +72,15 @@ def significant_digits(dtype) -> float:
 
 
 def format_info(dtype) -> dict:
-    """One format's numbers as Python values: bits, significand bits p, smallest subnormal,
-    smallest normal, largest, machine epsilon (spacing above 1) and significant digits."""
+    """One format's numbers as Python values: bits, significand bits p (implicit bit included),
+    exponent bits, smallest subnormal, smallest normal, largest, machine epsilon (spacing
+    above 1) and significant digits. Sign + exponent + stored significand bits = bits."""
     fi = _finfo(dtype)
     return {
         "name": str(check_float_dtype(dtype)),
         "bits": int(fi.bits),
         "significand_bits": int(fi.nmant) + 1,
+        "exponent_bits": int(fi.nexp),
         "smallest_subnormal": float(fi.smallest_subnormal),
         "smallest_normal": float(fi.smallest_normal),
         "largest": float(fi.max),
@@ -91,12 +97,23 @@ def format_table(dtypes=FORMATS) -> list[dict]:
 # --- which epsilon survives -------------------------------------------------------------
 
 
-def eps_fate(eps, dtype) -> str:
-    """What storing ``eps`` in ``dtype`` does to it: ``"zero"``, ``"subnormal"`` or ``"normal"``."""
-    stored = float(np.asarray(check_eps(eps)).astype(check_float_dtype(dtype)))
+def _stored(eps, dt: np.dtype) -> float:
+    # eps rounded to nearest in dt, read back as a Python float.
+    return float(np.asarray(check_eps(eps)).astype(dt))
+
+
+def _fate(stored: float, dt: np.dtype) -> str:
+    zero, subnormal, normal = EPS_FATES
     if stored == 0.0:
-        return "zero"
-    return "subnormal" if stored < _finfo(dtype).smallest_normal else "normal"
+        return zero
+    return subnormal if stored < _finfo(dt).smallest_normal else normal
+
+
+def eps_fate(eps, dtype) -> str:
+    """What storing ``eps`` in ``dtype`` does to it, one of :data:`EPS_FATES`: ``"zero"``
+    (rounded to 0), ``"subnormal"`` (below the smallest normal) or ``"normal"``."""
+    dt = check_float_dtype(dtype)
+    return _fate(_stored(eps, dt), dt)
 
 
 def one_plus_eps_is_one(eps, dtype) -> bool:
@@ -108,14 +125,15 @@ def one_plus_eps_is_one(eps, dtype) -> bool:
 
 def eps_survival_table(eps_values, dtypes=FORMATS) -> list[dict]:
     """For each eps: the value stored in each format, its fate and whether 1 + eps == 1."""
+    dts = [check_float_dtype(dt) for dt in dtypes]
     rows = []
     for eps in eps_values:
-        row = {"eps": float(eps)}
-        for dt in dtypes:
-            name = str(check_float_dtype(dt))
-            row[name] = float(np.asarray(float(eps)).astype(check_float_dtype(dt)))
-            row[name + " fate"] = eps_fate(eps, dt)
-            row[name + " 1+eps==1"] = one_plus_eps_is_one(eps, dt)
+        row = {"eps": check_eps(eps)}
+        for dt in dts:
+            stored = _stored(eps, dt)
+            row[str(dt)] = stored
+            row[f"{dt} fate"] = _fate(stored, dt)
+            row[f"{dt} 1+eps==1"] = one_plus_eps_is_one(eps, dt)
         rows.append(row)
     return rows
 
@@ -126,11 +144,13 @@ def eps_survival_table(eps_values, dtypes=FORMATS) -> list[dict]:
 def rounded_sum(x, dtype, axis: int = -1) -> np.ndarray:
     """Pairwise sum along ``axis`` (kept, length 1), every partial sum rounded to ``dtype``.
 
-    The axis is padded with zeros to a power of two; adding 0 is exact, so the padding
-    changes no rounding.
+    ``x`` must be real (integer or floating; bool, strings and complex are a ``TypeError``)
+    and is first rounded to ``dtype``. The axis is padded with zeros to a power of two;
+    adding 0 is exact, so the padding changes no rounding.
     """
     dt = check_float_dtype(dtype)
-    a = np.moveaxis(np.asarray(x).astype(dt), axis, -1)
+    arr = as_real_float_array(x, "x")
+    a = np.moveaxis(arr.astype(dt), axis, -1)
     n = a.shape[-1]
     width = 1 << max(n - 1, 0).bit_length()
     a = np.concatenate([a, np.zeros(a.shape[:-1] + (width - n,), dtype=dt)], axis=-1)
@@ -185,18 +205,20 @@ _MOMENTS = {"two-pass": _two_pass, "one-pass": _one_pass, "welford": _welford}
 def mean_and_variance(x, *, dtype, method: str = "two-pass", axis: int = -1):
     r"""Mean and biased variance (divisor d) along ``axis`` (kept), every operation in ``dtype``.
 
-    ``method``:
+    ``x`` must be real (integer or floating; bool, strings and complex are a ``TypeError``)
+    and is first rounded to ``dtype``. ``method``:
 
-    * ``"two-pass"``: :math:`\mu = \frac1d\sum x_i`, then :math:`\frac1d\sum (x_i-\mu)^2`;
-    * ``"one-pass"``: :math:`\frac1d\sum x_i^2 - \mu^2` (can cancel catastrophically and even
-      come out negative);
-    * ``"welford"``: Welford's update :math:`\delta = x_k - \mu`,
-      :math:`\mu \mathrel{+}= \delta/k`, :math:`M_2 \mathrel{+}= \delta (x_k - \mu)`.
+    * ``"two-pass"``: :math:`\mu = \frac1d\sum x_i`, then :math:`\sigma^2 = \frac1d\sum (x_i-\mu)^2`;
+    * ``"one-pass"``: :math:`\sigma^2 = \frac1d\sum x_i^2 - \mu^2` (can cancel catastrophically
+      and even come out negative);
+    * ``"welford"``: from :math:`\mu = M_2 = 0`, for :math:`k = 1, \dots, d` the update
+      :math:`\delta = x_k - \mu`, :math:`\mu \mathrel{+}= \delta/k`,
+      :math:`M_2 \mathrel{+}= \delta (x_k - \mu)`; then :math:`\sigma^2 = M_2/d`.
     """
     dt = check_float_dtype(dtype)
     if method not in _MOMENTS:
         raise ValueError(f"method must be one of {VARIANCE_METHODS}; got {method!r}")
-    arr = np.asarray(x)
+    arr = as_real_float_array(x, "x")
     axis = check_axis(arr, axis)
     with np.errstate(over="ignore", invalid="ignore"):
         return _MOMENTS[method](arr.astype(dt), axis)
@@ -205,22 +227,28 @@ def mean_and_variance(x, *, dtype, method: str = "two-pass", axis: int = -1):
 def layer_norm_rounded(x, *, eps, dtype, method: str = "two-pass", axis: int = -1) -> np.ndarray:
     r"""Layer norm :math:`(x-\mu)/\sqrt{\sigma^2+\varepsilon}` with every operation in ``dtype``.
 
-    Epsilon is stored in ``dtype`` first, as a naive low-precision implementation does: in
-    float16, 1e-12 becomes 0 and a constant row gives 0/0 = NaN. Returns ``dtype``.
+    :math:`\mu` and the biased variance :math:`\sigma^2` (divisor d, the row length) come
+    from :func:`mean_and_variance` with ``method`` (default ``"two-pass"``). No gain or bias:
+    :math:`\gamma` and :math:`\beta` are applied by the caller (:func:`lneps.layer_norm`).
+    ``x`` must be real. Epsilon is stored in ``dtype`` first, as a naive low-precision
+    implementation does: in float16, 1e-12 becomes 0 and a constant row gives 0/0 = NaN.
+    Returns ``dtype``.
     """
     dt = check_float_dtype(dtype)
     eps_d = np.asarray(check_eps(eps)).astype(dt)
-    xd = np.asarray(x).astype(dt)
+    xd = as_real_float_array(x, "x").astype(dt)
     mu, var = mean_and_variance(xd, dtype=dt, method=method, axis=axis)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return (xd - mu) / np.sqrt(var + eps_d)
 
 
 def rms_norm_rounded(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
-    r"""RMS norm :math:`x/\sqrt{\frac1d\sum x_i^2+\varepsilon}` with every operation in ``dtype``."""
+    r"""RMS norm :math:`x/\sqrt{\frac1d\sum x_i^2+\varepsilon}` with every operation in ``dtype``.
+
+    ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Returns ``dtype``."""
     dt = check_float_dtype(dtype)
     eps_d = np.asarray(check_eps(eps)).astype(dt)
-    xd = np.asarray(x).astype(dt)
+    xd = as_real_float_array(x, "x").astype(dt)
     axis = check_axis(xd, axis)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         mean_sq = _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
@@ -257,6 +285,30 @@ def worst_ulp_error(result, reference, dtype) -> float:
     return float(np.max(ulp_error(result, reference, dtype)))
 
 
+def layer_norm_exact(x, *, eps, digits: int = 50) -> np.ndarray:
+    r"""Layer norm of the rows of ``x`` (last axis) computed with ``digits`` significant decimal
+    digits (mpmath), then rounded once to float64: a reference for judging float64 itself.
+
+    :math:`\mu = \frac1d\sum x_i`, :math:`\sigma^2 = \frac1d\sum (x_i-\mu)^2` (divisor d),
+    output :math:`(x_i-\mu)/\sqrt{\sigma^2+\varepsilon}`; the input values and eps are taken
+    exactly as stored. Slow (pure Python): meant for a few thousand elements.
+    """
+    import mpmath  # only this reference needs it
+
+    arr = as_real_float_array(x, "x")
+    check_axis(arr, -1)
+    eps = mpmath.mpf(check_eps(eps))
+    rows = arr.astype(np.float64).reshape(-1, arr.shape[-1])
+    out = np.empty(rows.shape)
+    with mpmath.workdps(check_positive_int(digits, "digits")):
+        for k, row in enumerate(rows):
+            xs = [mpmath.mpf(float(v)) for v in row]
+            mu = mpmath.fsum(xs) / len(xs)
+            scale = mpmath.sqrt(mpmath.fsum((v - mu) ** 2 for v in xs) / len(xs) + eps)
+            out[k] = [float((v - mu) / scale) for v in xs]
+    return out.reshape(arr.shape)
+
+
 # --- the families of rows that break things -------------------------------------------------
 
 # name: (mean, standard deviation); "constant" rows repeat one N(0, 10) draw across the row.
@@ -272,15 +324,25 @@ FAMILIES = {
 
 
 def family_rows(name: str, rng: np.random.Generator, n: int, d: int, dtype) -> np.ndarray:
-    """``n`` rows of ``d`` numbers from family ``name`` (:data:`FAMILIES`), stored in ``dtype``."""
+    """``n`` rows of ``d`` numbers from family ``name`` (:data:`FAMILIES`), stored in ``dtype``.
+
+    ``rng`` must be a ``np.random.Generator``; ``n`` and ``d`` integers >= 1."""
     if name not in FAMILIES:
         raise ValueError(f"name must be one of {list(FAMILIES)}; got {name!r}")
+    _check_rng(rng)
+    n, d = check_positive_int(n, "n"), check_positive_int(d, "d")
+    dt = check_float_dtype(dtype)
     mean, sd = FAMILIES[name]
     if name == "constant":
         x = np.repeat(rng.normal(mean, sd, size=(n, 1)), d, axis=1)
     else:
         x = rng.normal(mean, sd, size=(n, d))
-    return x.astype(check_float_dtype(dtype))
+    return x.astype(dt)
+
+
+def _check_rng(rng) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)); got {rng!r}")
 
 
 def worst_ulp_survey(methods: dict, reference, *, dtype, ds, rng, families=tuple(FAMILIES),
@@ -289,8 +351,19 @@ def worst_ulp_survey(methods: dict, reference, *, dtype, ds, rng, families=tuple
 
     For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
     ``dtype``) and every ``methods[name](x)`` is compared with ``reference(x)`` in ulps of
-    ``dtype``. Returns ``{(name, family, d): worst}``.
+    ``dtype``. Returns ``{(name, family, d): worst}``, in the order family, d, method.
+    ``ds`` is a non-empty sequence of integers >= 1 and ``elements`` an integer >= 1.
     """
+    if not isinstance(methods, dict) or not methods:
+        raise TypeError(f"methods must be a non-empty dict of name: function; got {methods!r}")
+    check_float_dtype(dtype)
+    _check_rng(rng)
+    if isinstance(ds, (str, bytes)) or not hasattr(ds, "__iter__"):
+        raise TypeError(f"ds must be a sequence of row lengths; got {ds!r}")
+    ds = [check_positive_int(d, "each d in ds") for d in ds]
+    if not ds:
+        raise ValueError("ds must hold at least one row length")
+    elements = check_positive_int(elements, "elements")
     worst = {}
     for family in families:
         for d in ds:
@@ -301,7 +374,36 @@ def worst_ulp_survey(methods: dict, reference, *, dtype, ds, rng, families=tuple
     return worst
 
 
+def worst_over_d(survey: dict, method: str, family: str) -> float:
+    """The largest error of ``method`` on ``family`` over every d in a
+    :func:`worst_ulp_survey` result (``KeyError`` if the pair is not in it)."""
+    values = [v for (m, f, _), v in survey.items() if (m, f) == (method, family)]
+    if not values:
+        raise KeyError(f"no entry for method {method!r} and family {family!r} in the survey")
+    return max(values)
+
+
 # --- layout -----------------------------------------------------------------------------------
+
+
+def fmt_ulp(v: float) -> str:
+    """An error in ulp for a table: 2 decimals below 10, whole numbers below 10^4, then
+    ``1.2e+05`` style; 0, inf and NaN as ``0``, ``inf``, ``nan``."""
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    return f"{v:.2f}" if v < 10 else (f"{v:.0f}" if v < 1e4 else f"{v:.1e}")
+
+
+def ulp_table(survey: dict, methods, families=None) -> str:
+    """:func:`text_table` of a :func:`worst_ulp_survey` result: one row per family (default:
+    the survey's, in its order), one column per method, each cell :func:`worst_over_d`
+    formatted by :func:`fmt_ulp`."""
+    methods = list(methods)
+    if families is None:
+        families = list(dict.fromkeys(f for _, f, _ in survey))
+    return text_table(["family"] + methods,
+                      [[fam] + [fmt_ulp(worst_over_d(survey, m, fam)) for m in methods] for fam in families])
 
 
 def text_table(header, rows) -> str:

@@ -15,21 +15,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_axis
+from ._checks import as_real_float_array, check_axis
 
 __all__ = ["softmax"]
 
 
 def softmax(x, *, axis: int = -1, stable: bool = True) -> np.ndarray:
-    """Softmax along ``axis``, computed in ``x``'s own floating format (integers: float64).
+    r"""Softmax along ``axis``, computed in ``x``'s own floating format (integers: float64).
 
-    ``stable=True`` subtracts the maximum along ``axis`` first (the log-sum-exp shift);
-    ``stable=False`` is the textbook formula, kept to show how it overflows. A slice whose
-    maximum is inf or NaN gives NaN in that slice only. Complex input is rejected.
+    ``stable=True`` (default) subtracts the maximum along ``axis`` first, the log-sum-exp
+    shift:
+
+    .. math:: \operatorname{softmax}(x)_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}},
+              \qquad m = \max_j x_j ;
+
+    ``stable=False`` is the textbook formula, kept to show how it overflows:
+
+    .. math:: \operatorname{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}} .
+
+    Without the shift, any :math:`e^{x_i}` above the format's largest number is inf and the
+    slice gives inf/inf = NaN. A slice whose maximum is inf or NaN gives NaN in that slice
+    only. Complex, bool and string input are a ``TypeError``.
     """
-    arr, _ = as_float_array(x)
-    if arr.dtype.kind == "c":
-        raise TypeError(f"x must be real for softmax; got dtype {arr.dtype}")
+    arr = as_real_float_array(x, "x")
     if not isinstance(stable, (bool, np.bool_)):
         raise TypeError(f"stable must be True or False; got {stable!r}")
     axis = check_axis(arr, axis)
