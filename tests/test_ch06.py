@@ -23,6 +23,28 @@ def g():
     return glued(NB)
 
 
+def notebook_code() -> str:
+    return "\n".join(c.source for c in read(NB).cells if c.cell_type == "code")
+
+
+@pytest.fixture(scope="module")
+def chapter_rows():
+    """The chapter's random rows, regenerated here from its seed and recipe (cells of
+    sections "Porting ..." and "RMSNorm ..."): the layer-norm rows, then the RMS targets and
+    the two row shapes drawn from the same generator."""
+    seed = int(re.search(r"^SEED = (\d+)$", notebook_code(), re.M).group(1))
+    rng = np.random.default_rng(seed)
+    sigmas = np.array([1.0, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3])
+    rows = (rng.standard_normal((len(sigmas), 64, 768)) * sigmas[:, None, None]
+            + rng.normal(0, 1, (len(sigmas), 64, 1)))
+    targets = np.logspace(-3, 1, 25)
+    shapes = {
+        "Gaussian": rng.standard_normal((len(targets), 8, 4096)),
+        "Student t (3 dof)": rng.standard_t(3, (len(targets), 8, 4096)),
+    }
+    return sigmas, rows, targets, shapes
+
+
 def glued_mime(name: str, mime: str) -> str:
     for cell in read(NB).cells:
         for out in cell.get("outputs", []):
@@ -77,6 +99,8 @@ def test_onnx_and_torch_rmsnorm_values(g):
 
 def test_bert_eps_underflows_in_float16_only(g):
     assert np.float16(1e-12) == 0 and g["bert_eps_f16"] == 0.0
+    assert (g["bert_eps_f16_fate"], g["bert_eps_bf16_fate"]) == ("zero", "normal")
+    assert float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_normal) < g["bert_eps_bf16"]
     assert g["bert_eps_bf16"] == float(np.asarray(1e-12, dtype=ml_dtypes.bfloat16)) > 0
     assert g["tiny16"] == float(ml_dtypes.finfo(np.float16).smallest_subnormal)
     assert 1e-12 < g["tiny16"] / 2  # below half the smallest subnormal: rounds to 0
@@ -96,6 +120,24 @@ def test_constant_row_gives_nan_only_on_the_all_float16_path(g):
     assert g["nan_f16_1e5"] == g["nan_bf16_bert"] == g["nan_default_bert"] == 0
 
 
+def test_porting_measured_matches_closed_form_on_the_chapters_rows(g, chapter_rows):
+    sigmas, rows, _, _ = chapter_rows
+    measured = defaults.relative_change(rows, 1e-12, 1e-5)
+    # The same rows as the notebook's: the glued medians come out again.
+    for s, key in ((1.0, "port_rel_1"), (0.1, "port_rel_01"), (0.01, "port_rel_001"),
+                   (1e-3, "port_rel_1e3")):
+        i = int(np.flatnonzero(sigmas == s)[0])
+        assert float(np.median(measured[i])) == pytest.approx(g[key], rel=1e-12)
+    # q recomputed independently of lneps (NumPy's biased variance), then the closed form
+    # |sqrt((q + a) / (q + b)) - 1| written out here.
+    q = rows.var(axis=-1)
+    want = np.abs(np.sqrt((q + 1e-12) / (q + 1e-5)) - 1)
+    agree = float(np.max(np.abs(measured / want - 1)))
+    assert agree < 1e-8
+    assert g["port_agree"] < 1e-8
+    np.testing.assert_allclose(defaults.predicted_relative_change(q, 1e-12, 1e-5), want, rtol=1e-9)
+
+
 def test_porting_1e12_to_1e5(g):
     # Sample rows: q is sigma^2 up to sampling noise (d = 768: about 5%), so compare with
     # the closed form loosely; the inverted closed form exactly.
@@ -107,7 +149,6 @@ def test_porting_1e12_to_1e5(g):
     assert g["port_rel_001"] == pytest.approx(closed(0.01), rel=0.1)
     assert g["port_rel_1e3"] == pytest.approx(closed(1e-3), rel=0.05)
     assert 4e-6 < g["port_rel_1"] < 6e-6  # about 1e-5 / 2
-    assert g["port_agree"] < 1e-8
     # The largest output shift: about max|u| (3 to 4 for 768 Gaussian numbers) times the change.
     assert 2 < g["port_shift_1"] / g["port_rel_1"] < 5
     assert 2 < g["port_shift_01"] / g["port_rel_01"] < 5
@@ -115,6 +156,9 @@ def test_porting_1e12_to_1e5(g):
     assert g["port_std_1e3"] == pytest.approx(std_1e5, rel=0.05)
     assert g["port_std_1e3_12"] == pytest.approx(1.0, abs=1e-3)
     assert g["sqrt_1e5"] == pytest.approx(np.sqrt(1e-5), rel=1e-15)
+    # Check yourself 2: the large-q estimate |d eps| / (2 sigma^2) at sigma = 0.1, near the measurement.
+    assert g["port_approx_01"] == pytest.approx(5e-4, rel=1e-6)
+    assert g["port_approx_01"] == pytest.approx(g["port_rel_01"], rel=0.1)
     for change, key in ((1e-3, "port_sigma_1e3"), (1e-4, "port_sigma_1e4")):
         sigma = g[key]
         assert closed(sigma) == pytest.approx(change, rel=1e-9)
@@ -131,9 +175,34 @@ def test_rmsnorm_1e6_versus_1e5(g):
     for change, key in ((1e-3, "rms_for_1e3"), (1e-2, "rms_for_1e2")):
         r = g[key]
         assert float(defaults.predicted_relative_change(r * r, 1e-5, 1e-6)) == pytest.approx(change, rel=1e-9)
-    printed = stream_text(NB)
-    assert any("Student t (3 dof)  measured agrees with (eq-eps-swap) to a relative 1e-8: True" in t
-               for t in printed)
+
+
+def test_rmsnorm_measured_matches_closed_form_on_the_chapters_rows(g, chapter_rows):
+    _, _, targets, shapes = chapter_rows
+    printed = "".join(stream_text(NB))
+    for name, z in shapes.items():
+        # Unit RMS per row, then scaled: NumPy here, lneps.rms_norm(eps=0) in the notebook.
+        x = z / np.sqrt(np.mean(z**2, axis=-1, keepdims=True)) * targets[:, None, None]
+        measured = defaults.relative_change(x, 1e-5, 1e-6, kind="RMSNorm")
+        q = np.mean(x**2, axis=-1)
+        want = np.abs(np.sqrt((q + 1e-5) / (q + 1e-6)) - 1)
+        agree = float(np.max(np.abs(measured / want - 1)))
+        assert agree < 1e-8, name
+        assert f"{name:18s} measured agrees with (eq-eps-swap) to a relative 1e-8: True" in printed
+        # Every row of the shape gives the curve's value at its RMS: the shape does not matter.
+        curve = np.abs(np.sqrt((targets**2 + 1e-5) / (targets**2 + 1e-6)) - 1)
+        np.testing.assert_allclose(measured.mean(axis=-1), curve, rtol=1e-8)
+    assert g["rms_agree"] < 1e-8
+
+
+def test_the_chapter_uses_the_package_not_hand_copies():
+    code = notebook_code()
+    assert "precision.eps_survival_table(" in code and "precision.format_info(" in code
+    assert "rms_norm(z, eps=0)" in code
+    # No hand-computed subnormal, stored eps or mean square / variance in the notebook.
+    for pattern in (r"finfo\([^)]*\)\.smallest_subnormal", r"np\.float16\(bert_eps\)",
+                    r"\(\w+ \* \w+\)\.mean\(", r"\.var\("):
+        assert not re.search(pattern, code), pattern
 
 
 def test_the_figure_is_glued_as_an_image():

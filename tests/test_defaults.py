@@ -239,3 +239,44 @@ def test_statistic_for_relative_change_rejects_the_impossible():
         defaults.statistic_for_relative_change(0.1, 1e-5, 1e-5)
     with pytest.raises(ValueError, match="change"):
         defaults.statistic_for_relative_change(-0.1, 1e-6, 1e-5)
+
+
+@pytest.mark.parametrize("bad", ["0.1", True, np.True_, None, 1j, [0.1]])
+def test_statistic_for_relative_change_rejects_a_change_that_is_not_a_real_number(bad):
+    with pytest.raises(TypeError, match="change"):
+        defaults.statistic_for_relative_change(bad, 1e-6, 1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, float("nan"), float("inf"), 0.9, 1])
+def test_statistic_for_relative_change_rejects_a_change_out_of_range(bad):
+    with pytest.raises(ValueError, match="change"):
+        defaults.statistic_for_relative_change(bad, 1e-6, 1e-5)
+
+
+def test_statistic_for_relative_change_accepts_any_real_number_type():
+    want = defaults.statistic_for_relative_change(float(np.float32(0.01)), 1e-6, 1e-5)
+    assert defaults.statistic_for_relative_change(np.float32(0.01), 1e-6, 1e-5) == want
+    with pytest.raises(TypeError, match="eps"):
+        defaults.statistic_for_relative_change(0.01, True, 1e-5)
+
+
+def test_verdict_tolerance_is_relative_1e12_as_documented():
+    torch_ln = by_key("torch-layernorm")  # library default 1e-5, no release
+    assert defaults.SAME_EPS_RTOL == 1e-12
+    assert "relative tolerance of" in defaults.verdict.__doc__ and "1e-12" in defaults.verdict.__doc__
+    assert defaults.verdict(10**-5, torch_ln) == "right"
+    assert defaults.verdict(1e-5 * (1 + 5e-13), torch_ln) == "right"
+    assert defaults.verdict(1e-5 * (1 + 2e-12), torch_ln) == "wrong"
+    # ONNX's float32 attribute (relative difference 2.5e-8) is not "the same value".
+    assert defaults.verdict(defaults.stored_eps(by_key("onnx-layernorm")), torch_ln) == "wrong"
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**16), axis=st.sampled_from([0, 1, -1]), shift=st.floats(-100, 100))
+def test_row_statistic_is_numpys_biased_variance_or_mean_square(seed, axis, shift):
+    x = np.random.default_rng(seed).standard_normal((3, 5, 8)) + shift
+    np.testing.assert_allclose(defaults.row_statistic(x, axis=axis), x.var(axis=axis),
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(defaults.row_statistic(x, kind="RMSNorm", axis=axis),
+                               np.mean(x**2, axis=axis), rtol=1e-12)
+    assert defaults.row_statistic(x.astype(np.float32), axis=axis).dtype == np.float64

@@ -21,6 +21,7 @@ row by :math:`\sqrt{(q+\varepsilon_a)/(q+\varepsilon_b)}`.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -28,6 +29,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_axis, check_eps
 from .norms import layer_norm, rms_norm
+from .precision import mean_and_variance
 
 __all__ = [
     "Released",
@@ -47,6 +49,7 @@ __all__ = [
     "fmt_eps",
     "defaults_markdown",
     "seed_markdown",
+    "SAME_EPS_RTOL",
     "row_statistic",
     "predicted_relative_change",
     "relative_change",
@@ -267,8 +270,13 @@ def stored_eps(row: EpsDefault) -> float:
     return float(np.dtype(row.attribute_dtype).type(value))
 
 
+# Two epsilons are "the same value" when they agree to this relative tolerance: far below any
+# difference between the values in use, far above the last-bit noise of 1e-5 vs 10**-5.
+SAME_EPS_RTOL = 1e-12
+
+
 def _same(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return math.isclose(a, b, rel_tol=SAME_EPS_RTOL, abs_tol=0.0)
 
 
 def verdict(seed_eps: float, row: EpsDefault) -> str:
@@ -277,6 +285,11 @@ def verdict(seed_eps: float, row: EpsDefault) -> str:
     Right when it is both the library default and every released value (or there is no
     release); right for released checkpoints only when it matches them but not the library
     default; right for the library default only when the releases differ; wrong otherwise.
+
+    Convention: two values count as equal when they agree to a relative tolerance of
+    ``1e-12`` (:data:`SAME_EPS_RTOL`; ``math.isclose(a, b, rel_tol=1e-12, abs_tol=0)``), so
+    ``1e-5``, ``1e-05`` and ``10**-5`` all match, while ONNX's float32 ``9.999999747e-06``
+    (relative difference 2.5e-8) does not.
     """
     seed_eps = check_eps(seed_eps)
     library = _same(seed_eps, effective_eps(row))
@@ -362,14 +375,19 @@ def seed_markdown(verdicts: tuple[Verdict, ...] | None = None) -> str:
 
 def row_statistic(x, *, kind: str = "LayerNorm", axis: int = -1) -> np.ndarray:
     r"""The per-row :math:`q` the epsilon is added to: the biased variance (``"LayerNorm"``)
-    or the mean square (``"RMSNorm"``), in float64, one number per row (``axis`` removed)."""
+    or the mean square (``"RMSNorm"``), in float64, one number per row (``axis`` removed).
+
+    The variance is :func:`lneps.precision.mean_and_variance` in float64 (two-pass, divisor
+    d); the mean square :math:`\frac1d\sum_i x_i^2` has no other home in the package.
+    """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
     arr, _ = as_float_array(x)
     axis = check_axis(arr, axis)
     xw = arr.astype(np.float64)
     if kind == "LayerNorm":
-        xw = xw - xw.mean(axis=axis, keepdims=True)
+        _, q = mean_and_variance(xw, dtype=np.float64, axis=axis)
+        return np.squeeze(q, axis=axis)
     return (xw * xw).mean(axis=axis)
 
 
@@ -420,7 +438,10 @@ def statistic_for_relative_change(change: float, eps_from: float, eps_to: float)
     eps_from, eps_to = check_eps(eps_from), check_eps(eps_to)
     if eps_from == eps_to:
         raise ValueError("eps_from and eps_to must differ: equal epsilons change nothing")
-    if not (isinstance(change, (int, float, np.floating)) and 0 < change < math.inf):
+    if isinstance(change, (bool, np.bool_)) or not isinstance(change, numbers.Real):
+        raise TypeError(f"change must be a real number; got {type(change).__name__} {change!r}")
+    change = float(change)
+    if not 0 < change < math.inf:  # also rejects NaN
         raise ValueError(f"change must be a positive finite number; got {change!r}")
     largest = float(predicted_relative_change(0.0, eps_from, eps_to))  # reached at q = 0
     if change >= largest:
