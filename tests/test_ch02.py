@@ -93,3 +93,10 @@ def test_counts_and_answers_quoted_in_the_prose(g):
     # Check yourself 1: q = 3 eps gives a core variance of 3/4, from the SymPy formula.
     assert sp.sympify(g["ms_at_3eps"]) == sp.Rational(3, 4)
     assert sp.simplify(sym.core_mean_square(3).subs(sym.Q, 3 * sym.EPS) - sp.Rational(3, 4)) == 0
+
+
+def test_mean_and_mean_square_hold_for_the_quoted_range_of_d(g):
+    assert (g["ms_d_min"], g["ms_d_max"]) == (2, 6)
+    for d in range(g["ms_d_min"], g["ms_d_max"] + 1):
+        assert sym.core_mean(d) == 0
+        assert sp.simplify(sym.core_mean_square(d) - sym.Q / (sym.Q + sym.EPS)) == 0
