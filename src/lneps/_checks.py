@@ -15,6 +15,7 @@ from numpy.lib.array_utils import normalize_axis_index
 __all__ = [
     "as_float_array",
     "as_real_float_array",
+    "check_real",
     "check_eps",
     "check_axis",
     "check_affine",
@@ -74,11 +75,19 @@ def check_positive_int(value, name: str) -> int:
     return int(value)
 
 
+def check_real(value, name: str) -> float:
+    """Return ``value`` as a Python float after checking that it is a real number.
+
+    NumPy scalars count; a bool, though Python calls it a number, is refused as a slip.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def check_eps(eps) -> float:
     """Return ``eps`` as a Python float after checking that it is real, finite and >= 0."""
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a real number; got {type(eps).__name__} {eps!r}")
-    value = float(eps)
+    value = check_real(eps, "eps")
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"eps must be finite; got {value!r}")
     if value < 0:

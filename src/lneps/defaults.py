@@ -21,13 +21,12 @@ row by :math:`\sqrt{(q+\varepsilon_a)/(q+\varepsilon_b)}`.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_axis, check_eps
+from ._checks import as_float_array, check_axis, check_eps, check_real
 from .norms import layer_norm, rms_norm
 from .precision import mean_and_variance
 
@@ -438,9 +437,7 @@ def statistic_for_relative_change(change: float, eps_from: float, eps_to: float)
     eps_from, eps_to = check_eps(eps_from), check_eps(eps_to)
     if eps_from == eps_to:
         raise ValueError("eps_from and eps_to must differ: equal epsilons change nothing")
-    if isinstance(change, (bool, np.bool_)) or not isinstance(change, numbers.Real):
-        raise TypeError(f"change must be a real number; got {type(change).__name__} {change!r}")
-    change = float(change)
+    change = check_real(change, "change")
     if not 0 < change < math.inf:  # also rejects NaN
         raise ValueError(f"change must be a positive finite number; got {change!r}")
     largest = float(predicted_relative_change(0.0, eps_from, eps_to))  # reached at q = 0

@@ -15,11 +15,10 @@ rest). ``lneps.symbolic.check_jacobian`` proves the formula; this module evaluat
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from ._checks import as_float_array, check_axis, check_eps
+from ._checks import as_float_array, check_axis, check_eps, check_real
 from .norms import layer_norm
 
 __all__ = [
@@ -81,8 +80,7 @@ def numerical_jacobian(f, z, *, method="central", step=None) -> np.ndarray:
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
     if step is not None:
-        if isinstance(step, (bool, np.bool_)) or not isinstance(step, numbers.Real):
-            raise TypeError(f"step must be a real number or None; got {type(step).__name__} {step!r}")
+        step = check_real(step, "step")
         if not (np.isfinite(step) and step > 0):
             raise ValueError(f"step must be a positive finite number; got {step!r}")
     d = z.size

@@ -29,7 +29,7 @@ import numpy as np
 import sympy as sp
 from matplotlib.figure import Figure
 
-from ._checks import as_float_array, check_eps
+from ._checks import as_float_array, check_eps, check_real
 from .norms import layer_norm
 from .symbolic import definition
 
@@ -148,11 +148,9 @@ def derive_saturation_point() -> sp.Expr:
 def saturation_point(fraction: float, eps: float) -> float:
     """Numeric :func:`derive_saturation_point`: where the response reaches ``fraction`` of its limit."""
     eps = check_eps(eps)
-    if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, numbers.Real):
-        raise TypeError(f"fraction must be a real number; got {type(fraction).__name__} {fraction!r}")
+    fraction = check_real(fraction, "fraction")
     if not 0 < fraction < 1:  # also refuses NaN
         raise ValueError(f"fraction must be in (0, 1); got {fraction!r}")
-    fraction = float(fraction)
     return float(derive_saturation_point().subs({F: fraction, EPSILON: eps}))
 
 
@@ -259,8 +257,7 @@ def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_P
     eps_values = tuple(check_eps(e) for e in eps_values)
     if not eps_values or min(eps_values) == 0:
         raise ValueError(f"eps_values must be a non-empty sequence of eps > 0; got {eps_values!r}")
-    if isinstance(t_max, (bool, np.bool_)) or not isinstance(t_max, numbers.Real):
-        raise TypeError(f"t_max must be a real number; got {type(t_max).__name__} {t_max!r}")
+    t_max = check_real(t_max, "t_max")
     if not (math.isfinite(t_max) and t_max > 0):
         raise ValueError(f"t_max must be finite and > 0; got {t_max!r}")
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
