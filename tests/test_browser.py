@@ -29,7 +29,7 @@ import lneps
 from conftest import ROOT
 
 CHROMIUM = os.environ.get("LNEPS_CHROMIUM", "/usr/bin/chromium")
-SLIDER_PAGE = "book/ch01_layer_norm_by_hand.html"
+SLIDER_PAGE = "book/layer_norm_by_hand.html"
 TOKEN = np.array([2.0, 4.0, 6.0, 8.0])
 # The seed's points (issue 5), then a few more across the grid.
 SLIDER_POINTS = [(1, 0), (-1, 0), (0, 3), (0.25, 100), (-2, -100), (1.75, -37), (-0.25, 5)]
@@ -409,7 +409,7 @@ def test_slider_works_as_a_stored_notebook_output(browser):
     """The stored output alone, with no Sphinx page, no server and no network: a notebook."""
     from notebooks import read
 
-    stored = [o["data"]["text/html"] for c in read("ch01_layer_norm_by_hand.ipynb").cells
+    stored = [o["data"]["text/html"] for c in read("layer_norm_by_hand.ipynb").cells
               if c.cell_type == "code" for o in c.outputs if "text/html" in o.get("data", {})]
     assert len(stored) == 1
     context = browser.new_context(offline=True)

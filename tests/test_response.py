@@ -241,7 +241,7 @@ def test_dashed_lines_at_plus_minus_sqrt_three_halves(fig):
 
 
 def test_regenerated_figure_matches_the_committed_png(tmp_path):
-    assert FIGURE.exists(), "run `make notebooks NB=book/ch04_response_figure.ipynb`"
+    assert FIGURE.exists(), "run `make notebooks NB=book/response_figure.ipynb`"
     new = resp.save_response_figure(tmp_path / resp.FIGURE_NAME)
     assert compare_images(str(FIGURE), str(new), tol=0.5) is None
 

@@ -16,7 +16,7 @@ import lneps
 from lneps.slider import BASE_TOKEN, TokenSlider, grid_axis, slider_values, token_slider
 from notebooks import glued, read
 
-NB = "ch01_layer_norm_by_hand.ipynb"
+NB = "layer_norm_by_hand.ipynb"
 
 
 def embedded_data(html: str) -> dict:

@@ -15,7 +15,7 @@ from lneps import defaults
 from notebooks import glued, read, stream_text
 from test_defaults import EXPECTED_VERDICTS, bib_entries
 
-NB = "ch06_epsilon_in_the_wild.ipynb"
+NB = "epsilon_in_the_wild.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import lneps
 from lneps import symbolic as sym
 from notebooks import glued, read, stream_text
 
-NB = "ch02_what_epsilon_does.ipynb"
+NB = "what_epsilon_does.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from lneps import precision as P
 from lneps.report import fmt_vec
 from notebooks import glued, stream_text
 
-NB = "ch05_finite_precision.ipynb"
+NB = "finite_precision.ipynb"
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 EPS, RMS_EPS, DS = 1e-5, 1e-6, (8, 64, 512, 4096)
 POSITIVE_F16 = np.arange(1, 0x7C00, dtype=np.uint16).view(F16)  # every positive finite float16

@@ -8,7 +8,7 @@ import lneps
 from lneps import symbolic as sym
 from notebooks import glued, read
 
-NB = "ch03_jacobian_lipschitz.ipynb"
+NB = "jacobian_lipschitz.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from lneps import response as resp
 from notebooks import glued, read
 
-NB = "ch04_response_figure.ipynb"
+NB = "response_figure.ipynb"
 
 
 def h(t, eps):

@@ -12,7 +12,7 @@ import pytest
 import lneps
 from notebooks import glued, stream_text
 
-NB = "ch01_layer_norm_by_hand.ipynb"
+NB = "layer_norm_by_hand.ipynb"
 TOKEN = np.array([2.0, 4.0, 6.0, 8.0])
 SEED_OUTPUT = [-1.342, -0.447, 0.447, 1.342]
 
