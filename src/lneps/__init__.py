@@ -12,15 +12,18 @@ and the chapter-1 slider (``lneps.slider``) are submodules, loaded on first use 
 
 import importlib
 
+from .backward import layer_norm_backward, layer_norm_eps_derivative, rms_norm_backward
 from .jacobian import *  # noqa: F403
 from .jacobian import __all__ as _jacobian_all
 from .norms import batch_norm, layer_norm, rms_norm
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report", "slider")
+_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report", "slider",
+               "symbolic_backward", "minilm", "activations")
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all]
+__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all,
+           "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]
 
 
 def __getattr__(name):
