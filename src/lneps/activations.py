@@ -50,10 +50,9 @@ CACHE_VERSION = 1
 
 
 def token_variance(x) -> np.ndarray:
-    """The biased variance q of each row of ``x`` (tokens, d), two-pass in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    v = x - x.mean(axis=-1, keepdims=True)
-    return (v * v).mean(axis=-1)
+    """The biased variance q of each row of ``x`` (tokens, d), two-pass with float64
+    accumulation (NumPy's ``var``: the mean first, then the mean of the squared deviations)."""
+    return np.asarray(x).var(axis=-1, dtype=np.float64)
 
 
 def site_label(name: str) -> str:
@@ -94,23 +93,27 @@ def site_summary(x, eps, *, q=None, candidates: float = 0.5) -> dict:
     terms, so a token below half the largest exact sum cannot hold the largest float16 sum.
     """
     eps = check_eps(eps)
-    x64 = np.asarray(x, dtype=np.float64)
-    v = x64 - x64.mean(axis=-1, keepdims=True)
-    q = (v * v).mean(axis=-1) if q is None else np.asarray(q, dtype=np.float64)
-    d = x64.shape[-1]
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"x must be a non-empty (tokens, d) array; got shape {x.shape}")
+    mu = x.mean(axis=-1, dtype=np.float64)
+    q = token_variance(x) if q is None else np.asarray(q, dtype=np.float64)
+    d = x.shape[-1]
+    # the largest |x_i - mu| of a row is at its largest or its smallest entry
+    abs_v = np.maximum(x.max(axis=-1) - mu, mu - x.min(axis=-1))
     pick = np.flatnonzero(q >= candidates * q.max())
     f16 = float16_sum_of_squares(np.asarray(x)[pick])
     k = int(np.argmin(q))
     j = int(np.argmax(f16))
     return {
-        "tokens": int(x64.shape[0]),
+        "tokens": int(x.shape[0]),
         "q_min": float(q[k]),
         "q_median": float(np.median(q)),
         "q_max": float(q.max()),
         "q_over_eps_min": float(q[k] / eps) if eps > 0 else float("inf"),
         "argmin": k,
-        "abs_x_max": float(np.abs(x64).max()),
-        "abs_v_max": float(np.abs(v).max()),
+        "abs_x_max": float(np.abs(x).max()),
+        "abs_v_max": float(abs_v.max()),
         "sumsq_max": float(d * q.max()),
         "sumsq_f16_max": float(f16[j]),
         "sumsq_f16_argmax": int(pick[j]),

@@ -19,9 +19,12 @@ RMS norm: :math:`r = (\operatorname{mean}(z^2)+\varepsilon)^{-1/2}`, :math:`n = 
 them with SymPy.
 
 Precision. By default everything is computed in float64 (at least) and rounded once to the
-input's dtype, so a float16, bfloat16 or float32 gradient is the format's nearest value to the
-float64 result (within a float64 rounding error of it: far below the format's half ulp except
-in ties' immediate neighbourhood). ``compute_dtype`` rounds every operation to that format
+input's dtype. The formula subtracts terms of size :math:`|\hat g|/\sqrt{q+\varepsilon}`, so
+its float64 error is a few units of 2^-53 times that size, not times the result: an entry much
+smaller than its row's terms (the radial direction when :math:`q \gg \varepsilon`, as for the
+Jacobian's radial eigenvalue) has a correspondingly larger relative error. For float16,
+bfloat16 and float32 input that float64 error is far below the output's half ulp, so the
+result is the format's nearest value to the float64 one. ``compute_dtype`` rounds every operation to that format
 instead, ε included, like a naive low-precision kernel; ``stats_dtype`` additionally rounds
 the saved statistics (mean and :math:`1/\sqrt{q+\varepsilon}`) to a format before they are
 used, as a framework does that keeps them in the input's dtype between the forward and the

@@ -39,6 +39,7 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,7 @@ class MiniLM:
     @property
     def layer_norms(self) -> tuple[str, ...]:
         """The LayerNorms' weight prefixes, in the order the forward pass meets them."""
-        names = [k[: -len(".weight")] for k in self.weights if k.endswith("LayerNorm.weight")]
+        names = [k[: -len(".weight")] for k in self.weights.keys() if k.endswith("LayerNorm.weight")]
         return tuple(sorted(names, key=_network_order))
 
 
@@ -133,9 +134,33 @@ def _network_order(name: str):
     return (layer, 0 if ".attention." in name else 1)
 
 
+class _Weights(Mapping):
+    """The tensors of a safetensors file, each read on first use (float32 NumPy arrays)."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        self._file = safe_open(str(path), framework="np")
+        self._names = tuple(self._file.keys())
+        self._read: dict = {}
+
+    def __getitem__(self, name):
+        if name not in self._read:
+            if name not in self._names:
+                raise KeyError(name)
+            self._read[name] = self._file.get_tensor(name)
+        return self._read[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
 def load(path=None) -> MiniLM:
-    """Load all-MiniLM-L6-v2 from local files only (see :func:`model_directory`)."""
-    from safetensors.numpy import load_file
+    """Load all-MiniLM-L6-v2 from local files only (see :func:`model_directory`). The weights
+    are read from ``model.safetensors`` as they are first used."""
     from tokenizers import Tokenizer
 
     folder = model_directory(path)
@@ -149,7 +174,7 @@ def load(path=None) -> MiniLM:
     st = folder / "sentence_bert_config.json"
     max_len = json.loads(st.read_text())["max_seq_length"] if st.is_file() else 256
     tokenizer.enable_truncation(max_len)
-    return MiniLM(folder, config, load_file(str(folder / "model.safetensors")), tokenizer)
+    return MiniLM(folder, config, _Weights(folder / "model.safetensors"), tokenizer)
 
 
 def encode(model: MiniLM, sentences) -> list[np.ndarray]:

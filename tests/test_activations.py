@@ -1,0 +1,102 @@
+"""lneps.activations: the per-site statistics against independent computations, the naive
+float16 sum against a pairwise float16 sum written out here, and the cache."""
+
+import numpy as np
+import pytest
+
+from lneps import activations as A
+from network_data import measurements, sentences
+
+
+def pairwise_f16(values):
+    """Pairwise sum of float16 numbers, every addition rounded to float16 (zero-padded to a
+    power of two, like lneps.precision.rounded_sum), one row at a time."""
+    vals = [np.float16(v) for v in values]
+    width = 1
+    while width < len(vals):
+        width *= 2
+    vals += [np.float16(0)] * (width - len(vals))
+    with np.errstate(over="ignore"):
+        while len(vals) > 1:
+            half = len(vals) // 2
+            vals = [np.float16(vals[i] + vals[i + half]) for i in range(half)]
+    return float(vals[0])
+
+
+def naive_f16_sumsq(row):
+    r = row.astype(np.float16)
+    mu = np.float16(pairwise_f16(r) / r.size)
+    with np.errstate(over="ignore"):
+        v = [np.float16(a - mu) for a in r]
+        return pairwise_f16([np.float16(a * a) for a in v])
+
+
+def test_float16_sum_of_squares_matches_a_written_out_pairwise_sum():
+    rng = np.random.default_rng(3)
+    rows = np.vstack([rng.normal(size=(4, 384)) * 5, rng.normal(size=(1, 384)) * 30 + 7])
+    got = A.float16_sum_of_squares(rows)
+    want = [naive_f16_sumsq(r) for r in rows]
+    np.testing.assert_array_equal(got, want)
+    big = np.full((1, 384), 0.0)
+    big[0, ::2] = 20.0   # sum of squares 192 * 100 * ... overflows
+    big[0, 1::2] = -20.0
+    assert np.isinf(A.float16_sum_of_squares(big * 1.0)).all() == (naive_f16_sumsq(big[0]) == np.inf)
+
+
+def test_site_summary_against_plain_numpy():
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(300, 384)) * rng.uniform(0.01, 3, size=(300, 1)) + rng.normal(size=(300, 1))).astype(np.float32)
+    s = A.site_summary(x, 1e-12)
+    x64 = x.astype(np.float64)
+    q = ((x64 - x64.mean(1, keepdims=True)) ** 2).mean(1)
+    assert s["q_min"] == pytest.approx(q.min(), rel=1e-12) and s["argmin"] == int(np.argmin(q))
+    assert s["q_over_eps_min"] == pytest.approx(q.min() / 1e-12, rel=1e-12)
+    assert s["abs_x_max"] == np.abs(x64).max()
+    assert s["abs_v_max"] == pytest.approx(np.abs(x64 - x64.mean(1, keepdims=True)).max(), rel=1e-12)
+    assert s["sumsq_max"] == pytest.approx(384 * q.max(), rel=1e-12)
+    assert s["gain_max"] == pytest.approx((q.min() + 1e-12) ** -0.5, rel=1e-12)
+    every = A.float16_sum_of_squares(x)          # all tokens, not only the candidates
+    assert s["sumsq_f16_max"] == every.max() and s["sumsq_f16_argmax"] == int(np.argmax(every))
+    with pytest.raises(ValueError, match="tokens, d"):
+        A.site_summary(np.ones(3), 1e-5)
+
+
+def test_site_labels():
+    assert A.site_label("embeddings.LayerNorm") == "emb"
+    assert A.site_label("encoder.layer.0.attention.output.LayerNorm") == "L1 attn"
+    assert A.site_label("encoder.layer.5.output.LayerNorm") == "L6 FFN"
+
+
+def test_measurements_cover_every_sentence_and_site():
+    m = measurements()
+    assert len(m.sites) == 13 and m.eps == 1e-12
+    assert m.lengths.size == len(sentences()) and all(x.shape == (m.lengths.sum(), 384) for x in m.sites.values())
+    assert m.subset.tolist() == list(range(0, len(sentences()), 6))
+    assert set(m.runs) == {"float32", "eps=1e-06", "eps=1e-05", "eps=0.001", "eps=0.1", "float16 naive",
+                           "float16, exact LayerNorm", "bfloat16 naive"}
+    np.testing.assert_array_equal(m.runs["float32"], m.embeddings[m.subset])
+
+
+def test_cache_round_trip(tmp_path):
+    few = sentences()[:12]
+    first = A.measure(few, cache_dir=tmp_path, subset_step=4)
+    again = A.measure(few, cache_dir=tmp_path, subset_step=4)
+    assert not first.from_cache and again.from_cache
+    for name in first.sites:
+        np.testing.assert_array_equal(first.sites[name], again.sites[name])
+    for name in first.runs:
+        np.testing.assert_array_equal(first.runs[name], again.runs[name])
+    assert first.nonfinite == again.nonfinite
+    (entry,) = [p for p in tmp_path.iterdir() if p.name.startswith("minilm-")]
+    assert first.model_sha256[:0] == "" and len(list(entry.glob("*.npy"))) == 13 + 8 + 3
+    other = A.measure(few[:11], cache_dir=tmp_path, subset_step=4)   # other sentences: other key
+    assert not other.from_cache
+
+
+def test_measure_checks_its_arguments():
+    with pytest.raises(TypeError):
+        A.measure("one string")
+    with pytest.raises(ValueError):
+        A.measure([])
+    with pytest.raises(ValueError):
+        A.measure(["a"], subset_step=0)
