@@ -19,8 +19,8 @@ from .norms import batch_norm, layer_norm, rms_norm
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("symbolic", "response", "defaults", "precision", "report", "slider",
-               "symbolic_backward", "minilm", "activations")
+_SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
+               "survey", "oracle", "report", "slider", "symbolic_backward", "minilm", "activations")
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all,
            "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ._checks import check_eps, check_positive_int
-from .precision import rounded_sum
+from .rounded import rounded_sum
 
 __all__ = [
     "F16_MAX",

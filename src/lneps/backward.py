@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
-from .precision import rounded_sum
+from .rounded import rounded_sum
 
 __all__ = [
     "LayerNormGrads",
