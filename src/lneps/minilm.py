@@ -40,7 +40,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -111,8 +111,10 @@ class MiniLM:
 
     directory: Path
     config: dict
-    weights: dict
+    weights: Mapping
     tokenizer: object
+    # weights rounded to a 16-bit format, kept so that several forward passes round them once
+    rounded: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def eps(self) -> float:
@@ -234,8 +236,9 @@ class Forward:
 class _Arithmetic:
     """Where each operation's result is rounded, and how the LayerNorms compute."""
 
-    def __init__(self, dtype, layer_norms: str):
+    def __init__(self, dtype, layer_norms: str, memo: dict):
         self.store = check_float_dtype(dtype)
+        self.memo = memo
         if layer_norms not in ("exact", "naive"):
             raise ValueError(f"layer_norms must be 'exact' or 'naive'; got {layer_norms!r}")
         self.low = self.store.itemsize < 4
@@ -253,14 +256,23 @@ class _Arithmetic:
         at the cost of one lookup."""
         if not self.low:
             return gelu(a)
-        if not hasattr(self, "_gelu_table"):
+        key = ("gelu table", self.store.name)
+        if key not in self.memo:
             every = np.arange(1 << 16, dtype=np.uint16).view(self.store).astype(np.float32)
             with np.errstate(invalid="ignore", over="ignore"):
-                self._gelu_table = self.round(gelu(every))
-        return self._gelu_table[a.astype(self.store).view(np.uint16)]
+                self.memo[key] = self.round(gelu(every))
+        return self.memo[key][a.astype(self.store).view(np.uint16)]
 
     def weight(self, w: np.ndarray) -> np.ndarray:
         return self.round(w.astype(self.work))
+
+    def named_weight(self, weights, name: str) -> np.ndarray:
+        if self.store == np.float32:
+            return weights[name]
+        key = (name, self.store.str, self.store.name)
+        if key not in self.memo:
+            self.memo[key] = self.weight(weights[name])
+        return self.memo[key]
 
     def linear(self, x, w, b):
         return self.round(x @ w.T + b)
@@ -300,7 +312,7 @@ def forward(model: MiniLM, token_ids, *, eps=None, dtype=np.float32, layer_norms
     values of the format).
     """
     eps = model.eps if eps is None else check_eps(eps)
-    ar = _Arithmetic(dtype, layer_norms)
+    ar = _Arithmetic(dtype, layer_norms, model.rounded)
     ids = [np.asarray(t) for t in token_ids]
     if not ids or any(t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu" for t in ids):
         raise ValueError("token_ids must be a non-empty list of non-empty 1-D integer arrays (from encode)")
@@ -315,7 +327,7 @@ def forward(model: MiniLM, token_ids, *, eps=None, dtype=np.float32, layer_norms
         groups.append((int(n), np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])))
 
     def w(name):
-        return ar.weight(W[name])
+        return ar.named_weight(W, name)
 
     sites = {} if keep_sites else None
     names = iter(model.layer_norms)
