@@ -71,7 +71,7 @@ def test_measurements_cover_every_sentence_and_site():
     m = measurements()
     assert len(m.sites) == 13 and m.eps == 1e-12
     assert m.lengths.size == len(sentences()) and all(x.shape == (m.lengths.sum(), 384) for x in m.sites.values())
-    assert m.subset.tolist() == list(range(0, len(sentences()), 6))
+    assert m.subset.tolist() == list(range(0, len(sentences()), 8))
     assert set(m.runs) == {"float32", "eps=1e-06", "eps=1e-05", "eps=0.001", "eps=0.1", "float16 naive",
                            "float16, exact LayerNorm", "bfloat16 naive"}
     np.testing.assert_array_equal(m.runs["float32"], m.embeddings[m.subset])

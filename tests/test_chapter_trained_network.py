@@ -29,7 +29,7 @@ def _q(x):
 def test_sample_and_sites(g, m):
     assert g["n_sentences"] == len(sentences()) and g["n_tokens"] == int(m.lengths.sum())
     assert g["n_sites"] == 13 and g["torch_norms"] == 13 and g["model_eps"] == 1e-12
-    assert g["n_subset"] == len(m.subset) and g["subset_step"] == 6
+    assert g["n_subset"] == len(m.subset) and g["subset_step"] == 8
 
 
 def test_parity(g, m):
@@ -97,6 +97,9 @@ def test_low_precision_end_to_end(g, m):
         assert g[f"{key}_cos"] == pytest.approx(one_minus, rel=0.06)
     assert g["low_nonfinite"] == 0
     assert g["f16e_diff"] < g["f16n_diff"] < g["bf16n_diff"]
+    f16n, f16e, bf16n = (_compare(m, k)[0] for k in ("float16 naive", "float16, exact LayerNorm", "bfloat16 naive"))
+    assert g["f16_ln_share"] == pytest.approx(1 - f16e / f16n, abs=0.01)
+    assert g["bf16_over_f16"] == pytest.approx(bf16n / f16n, abs=0.5)
 
 
 def test_eps_swap(g, m):

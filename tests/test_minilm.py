@@ -15,9 +15,13 @@ from lneps import minilm
 from network_data import measurements, model, reference, sentences, unpack
 
 
-def test_the_installed_model_is_the_one_the_reference_was_made_with():
+def test_the_installed_model_is_the_one_the_reference_was_made_with(tmp_path):
     m = model()
-    assert minilm.file_sha256(m.directory / "model.safetensors") == reference()["model_sha256"]
+    computed = minilm.file_sha256(m.directory / "model.safetensors")
+    assert computed == reference()["model_sha256"]
+    assert minilm.model_sha256(m.directory) == computed          # the installer's record agrees
+    (tmp_path / "model.safetensors").write_bytes(b"not the model")   # elsewhere: computed
+    assert minilm.model_sha256(tmp_path) == minilm.file_sha256(tmp_path / "model.safetensors") != computed
 
 
 def test_reference_sentences_are_the_book_sample():

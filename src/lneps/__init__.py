@@ -5,8 +5,10 @@ import and the tests check against closed forms and the seeds' numbers.
 
 Numeric functions are importable from ``lneps`` directly. The SymPy derivations
 (``lneps.symbolic``), the response family (``lneps.response``), the framework defaults
-(``lneps.defaults``), floating-point formats and rounded arithmetic (``lneps.precision``)
-and the chapter-1 slider (``lneps.slider``) are submodules, loaded on first use so that
+(``lneps.defaults``), floating-point formats and rounded arithmetic (``lneps.precision``),
+the chapter-1 slider (``lneps.slider``), the backward pass's derivation
+(``lneps.symbolic_backward``), the NumPy all-MiniLM-L6-v2 (``lneps.minilm``) and the statistics
+of its LayerNorm inputs (``lneps.activations``) are submodules, loaded on first use so that
 ``import lneps`` stays light.
 """
 

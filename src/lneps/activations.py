@@ -11,8 +11,9 @@ backward gain :math:`1/\sqrt{q+\varepsilon}`.
 float32 on every sentence, keeping the 13 LayerNorm inputs, and then, on every
 ``subset_step``-th sentence, with other ε and in float16 / bfloat16. The results are
 deterministic functions of the model file, the sentences and this package's code, so they
-are cached on disk under a key made of the three (the model file's SHA-256 first): a second
-run reads them back instead of recomputing them.
+are cached on disk under a key made of the three (the model file's SHA-256 first, as its
+installer recorded it: :func:`lneps.minilm.model_sha256`): a second run reads them back
+instead of recomputing them.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _write(folder: Path, arrays: dict, meta: dict) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # another run got there first, or no space
 
 
-def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 6) -> Measurements:
+def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 8) -> Measurements:
     """Measure all-MiniLM-L6-v2 on ``sentences`` (see the module docstring).
 
     ``model``: a loaded :class:`lneps.minilm.MiniLM` (default: :func:`lneps.minilm.load`).
@@ -205,7 +206,7 @@ def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 6) -> M
         raise ValueError("sentences is empty")
     subset_step = check_positive_int(subset_step, "subset_step")
     folder = minilm.model_directory(None if model is None else model.directory)
-    sha = minilm.file_sha256(folder / "model.safetensors")
+    sha = minilm.model_sha256(folder)
     target = None if cache_dir is None else Path(cache_dir) / f"minilm-{_key(sha, sentences, subset_step)}"
     if target is not None and (target / "meta.json").is_file():
         meta = json.loads((target / "meta.json").read_text())

@@ -56,6 +56,7 @@ __all__ = [
     "model_directory",
     "load",
     "file_sha256",
+    "model_sha256",
     "encode",
     "forward",
     "gelu",
@@ -96,8 +97,27 @@ def model_directory(path=None) -> Path:
     return path
 
 
+def model_sha256(folder) -> str:
+    """SHA-256 (hex) of ``folder``'s ``model.safetensors``: for the installed package, the hash
+    its installer recorded in the package's RECORD (pip checks the wheel's own hash, pinned in
+    requirements-model.txt, before installing); otherwise computed from the file."""
+    import base64
+    import importlib.metadata
+
+    path = (Path(folder) / "model.safetensors").resolve()
+    try:
+        dist = importlib.metadata.distribution(MODEL_REQUIREMENT.split("==")[0])
+        for f in dist.files or ():
+            if f.name == "model.safetensors" and f.hash is not None and f.hash.mode == "sha256":
+                if Path(dist.locate_file(f)).resolve() == path:
+                    return base64.urlsafe_b64decode(f.hash.value + "=" * (-len(f.hash.value) % 4)).hex()
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return file_sha256(path)
+
+
 def file_sha256(path) -> str:
-    """SHA-256 of a file, in hex (the key under which results computed from it are cached)."""
+    """SHA-256 of a file, in hex."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
@@ -267,9 +287,9 @@ class _Arithmetic:
         return self.round(w.astype(self.work))
 
     def named_weight(self, weights, name: str) -> np.ndarray:
-        if self.store == np.float32:
-            return weights[name]
-        key = (name, self.store.str, self.store.name)
+        if not self.low:
+            return weights[name].astype(self.work, copy=False)
+        key = (name, self.store.name)
         if key not in self.memo:
             self.memo[key] = self.weight(weights[name])
         return self.memo[key]
