@@ -60,7 +60,7 @@ def test_rms_norm_formula():
     x = np.array([[2.0, 4.0, 6.0, 8.0], [-1.0, 0.0, 0.0, 1.0]])
     gamma = np.array([1.0, 2.0, 3.0, 4.0])
     want = x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + 1e-6) * gamma
-    np.testing.assert_allclose(lneps.rms_norm(x, gamma), want, rtol=1e-15)
+    np.testing.assert_allclose(lneps.rms_norm(x, gamma, eps=1e-6), want, rtol=1e-15)
     # No centering: RMSNorm is not shift invariant.
     assert not np.allclose(lneps.rms_norm(x[0] + 100), lneps.rms_norm(x[0]), atol=0.1)
 
@@ -119,7 +119,9 @@ def test_axis_out_of_range_is_numpys_axis_error():
     with pytest.raises(np.exceptions.AxisError):
         lneps.batch_norm(np.ones(3), axis=1)
     with pytest.raises(TypeError, match="axis"):
-        lneps.layer_norm(np.ones((2, 3)), axis=(0, 1))
+        lneps.layer_norm(np.ones((2, 3)), axis=1.0)
+    with pytest.raises(ValueError, match="trailing axes"):
+        lneps.layer_norm(np.ones((2, 3, 4)), axis=(0, 1))
 
 
 def test_eps_zero_gives_nan_for_a_constant_row_only():

@@ -22,6 +22,7 @@ __all__ = [
     "mean_and_variance",
     "layer_norm_rounded",
     "rms_norm_rounded",
+    "mean_square",
 ]
 
 
@@ -120,14 +121,23 @@ def layer_norm_rounded(x, *, eps, dtype, method: str = "two-pass", axis: int = -
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return (xd - mu) / np.sqrt(var + eps_d)
 
+def mean_square(x, *, dtype, axis: int = -1) -> np.ndarray:
+    r""":math:`\frac1d\sum_i x_i^2` along ``axis`` (kept), every operation rounded to ``dtype``:
+    the squares, the pairwise sum (:func:`rounded_sum`) and the division by d."""
+    dt = check_float_dtype(dtype)
+    xd = as_real_float_array(x, "x").astype(dt)
+    axis = check_axis(xd, axis)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
+
+
 def rms_norm_rounded(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
     r"""RMS norm :math:`x/\sqrt{\frac1d\sum x_i^2+\varepsilon}` with every operation in ``dtype``.
 
-    ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Returns ``dtype``."""
+    ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Epsilon is stored in
+    ``dtype`` first. Returns ``dtype``."""
     dt = check_float_dtype(dtype)
     eps_d = np.asarray(check_eps(eps)).astype(dt)
     xd = as_real_float_array(x, "x").astype(dt)
-    axis = check_axis(xd, axis)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        mean_sq = _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
-        return xd / np.sqrt(mean_sq + eps_d)
+        return xd / np.sqrt(mean_square(xd, dtype=dt, axis=axis) + eps_d)
