@@ -23,6 +23,7 @@ __all__ = [
     "layer_norm_rounded",
     "rms_norm_rounded",
     "mean_square",
+    "condition_number",
 ]
 
 
@@ -141,3 +142,23 @@ def rms_norm_rounded(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
     xd = as_real_float_array(x, "x").astype(dt)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return xd / np.sqrt(mean_square(xd, dtype=dt, axis=axis) + eps_d)
+
+
+def condition_number(x, axis: int = -1) -> np.ndarray:
+    r"""Chan, Golub and LeVeque's condition number of the variance along ``axis``:
+    :math:`\kappa = \sqrt{1 + \mu^2/\sigma^2}` (about :math:`|\mu|/\sigma` for rows far from 0).
+
+    Their analysis: in a format with unit roundoff u, the one-pass
+    :math:`\frac1d\sum x_i^2 - \mu^2` has relative error of order :math:`u\kappa^2`
+    (both terms are about :math:`\kappa^2\sigma^2`, and their difference is
+    :math:`\sigma^2`), while the two-pass formula's is of order :math:`u + (u\kappa)^2` times
+    small multiples of d. Computed in float64 from the stored values; NaN where
+    :math:`\sigma = 0`.
+    """
+    arr = as_real_float_array(x, "x").astype(np.float64)
+    axis = check_axis(arr, axis)
+    mu = arr.mean(axis=axis)
+    var = arr.var(axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, np.sqrt(1 + mu * mu / var), np.nan)
+
