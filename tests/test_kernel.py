@@ -219,3 +219,15 @@ def test_oracle_rounding_is_the_fractions_one():
     s = sum(ti * ti for ti in t) / 3 + 9 * Fraction(1e-5)
     fmt = oracle.format_of(F64)
     assert [oracle.round_quotient(ti, s, 0, fmt) for ti in t] == list(lneps.layer_norm(x)[0])
+
+
+def test_non_finite_gains_and_biases_give_the_arithmetics_answer():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]], dtype=F32)
+    y = lneps.layer_norm(x, gamma=[1.0, np.nan, 1.0])
+    assert np.isnan(y[:, 1]).all() and np.isfinite(y[:, [0, 2]]).all()
+    y = lneps.layer_norm(x, beta=[1.0, np.inf, 1.0])
+    assert (y[:, 1] == np.inf).all()
+    assert same(y[:, [0, 2]], oracle.layer_norm_exact(x, beta=np.array([1.0, 0.0, 1.0]), eps=1e-5)[:, [0, 2]]).all()
+    with np.errstate(over="ignore"):
+        big = lneps.layer_norm(x.astype(F16), gamma=1e5)
+    assert big[0, 0] == -np.inf and big[0, 1] == 0 and big[1, 1] == F16(-1e5 * 0.2672612419124244)

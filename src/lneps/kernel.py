@@ -89,7 +89,8 @@ def _block(xin, yout, mean, rstd, kind, eps, g, b, counts):
         yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt)
         proven = finite & _exact_rows(xin) if kind == "layer" else finite
         if dt == np.float16 or dt == np.float32:
-            yout[...] = yhat  # NumPy's float64 -> float16/float32 assignment rounds once
+            with np.errstate(over="ignore"):  # past the largest number: inf, as it should be
+                yout[...] = yhat  # NumPy's float64 -> float16/float32 assignment rounds once
         else:
             yout[...] = to_format(yhat, dt)
         rstd[...] = r
@@ -111,6 +112,9 @@ def _block(xin, yout, mean, rstd, kind, eps, g, b, counts):
         if mean is not None:
             mean[B] = mu
     undecided &= finite[:, None]
+    for p in (g, b):  # a NaN or infinite gain or bias: the arithmetic's NaN or inf stands
+        if p is not None and not np.all(np.isfinite(p)):
+            undecided &= np.broadcast_to(np.isfinite(p), undecided.shape)
     if undecided.any():
         C = np.argwhere(undecided)
         counts["exact_elements"] += len(C)
@@ -301,10 +305,12 @@ def _dd_finish(th, tl, et, s_hi, s_lo, es, g, b, dt, s_zero):
         err = err + 4 * U * np.abs(yl)
     else:
         yh, yl = m, me
-    zero = (th == 0) & (tl == 0) & (et == 0)  # t is exactly 0: y is exactly beta
-    yh, yl = np.where(zero, 0.0 if b is None else b, yh), np.where(zero, 0.0, yl)
+    zero = (th == 0) & (tl == 0) & (et == 0)  # t is exactly 0: y is exactly 0 gamma + beta
+    exact = (0.0 if g is None else 0.0 * g) + (0.0 if b is None else b)  # NaN for a NaN gamma
+    yh, yl = np.where(zero, exact, yh), np.where(zero, 0.0, yl)
     err = np.where(zero, 0.0, err)
     undefined = s_zero[:, None] & zero
+    yl = np.where(np.isfinite(yh), yl, 0.0)  # beside an infinite beta the tail is inf - inf
     if dt in FAST_FORMATS:  # (non-finite estimates are flagged)
         y = yh + yl
         flags = near_boundary(y, dt, delta=2.0 * err + 2 * U * np.abs(y))
@@ -333,6 +339,9 @@ def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=N
     zeros = np.zeros_like(th)
     y, flags, r = _dd_finish(th, tl, zeros, s_hi, s_lo, np.zeros_like(s_hi), gamma, beta, dt, s_hi == 0)
     finite = np.isfinite(x) & np.isfinite(m) & np.isfinite(v)[:, None]
+    for p in (gamma, beta):
+        if p is not None:
+            finite = finite & np.isfinite(p)
     flags = (flags | ~np.isfinite(th)) & finite  # NaN or inf in: the arithmetic's NaN or inf out
     out = to_format(y, dt) if dt in FAST_FORMATS else y
     if flags.any():
