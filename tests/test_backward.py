@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.backward import rms_norm_default_eps
+from lneps import rms_norm_default_eps
 
 RNG = np.random.default_rng(4242)
 

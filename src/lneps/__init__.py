@@ -17,15 +17,16 @@ import importlib
 from .backward import layer_norm_backward, layer_norm_eps_derivative, rms_norm_backward
 from .jacobian import *  # noqa: F403
 from .jacobian import __all__ as _jacobian_all
-from .norms import batch_norm, layer_norm, rms_norm
+from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_default_eps
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
-               "survey", "oracle", "report", "slider", "symbolic_backward", "minilm", "activations")
+               "survey", "oracle", "kernel", "dd", "rounding", "report", "slider",
+               "symbolic_backward", "minilm", "activations")
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all,
-           "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]
+__all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
+           *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]
 
 
 def __getattr__(name):

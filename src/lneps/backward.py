@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
+from .norms import rms_norm_default_eps
 from .rounded import rounded_sum
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "layer_norm_backward",
     "rms_norm_backward",
     "layer_norm_eps_derivative",
-    "rms_norm_default_eps",
 ]
 
 
@@ -63,13 +63,6 @@ class RMSNormGrads(NamedTuple):
 
     x: np.ndarray
     gamma: np.ndarray
-
-
-def rms_norm_default_eps(dtype) -> float:
-    """``torch.nn.RMSNorm``'s ``eps=None``: float32's machine epsilon for 16- and 32-bit input,
-    float64's for float64 input."""
-    dt = np.dtype(dtype)
-    return float(np.finfo(np.float64 if dt.itemsize >= 8 else np.float32).eps)
 
 
 def _inputs(x, grad, gamma, eps, axis, compute_dtype, stats_dtype):
@@ -150,12 +143,12 @@ def layer_norm_backward(x, grad, gamma=None, *, eps=1e-5, axis=-1, compute_dtype
 def rms_norm_backward(x, grad, gamma=None, *, eps=None, axis=-1, compute_dtype=None) -> RMSNormGrads:
     r"""Gradients of :math:`L` through :math:`y = \gamma\odot z/\sqrt{\operatorname{mean}(z^2)+\varepsilon}`.
 
-    ``eps=None`` follows ``torch.nn.RMSNorm`` (:func:`rms_norm_default_eps` of x's dtype).
+    ``eps=None`` follows ``torch.nn.RMSNorm``, as :func:`lneps.rms_norm` does
+    (:func:`lneps.rms_norm_default_eps` of x's dtype).
     Same checks, dtypes and ``compute_dtype`` as :func:`layer_norm_backward`. Returns
     :class:`RMSNormGrads` ``(x, gamma)``.
     """
-    arr0, _ = as_float_array(x)
-    eps = rms_norm_default_eps(arr0.dtype if arr0.dtype.kind != "c" else np.float64) if eps is None else eps
+    eps = rms_norm_default_eps(as_float_array(x)[0].dtype) if eps is None else eps
     arr, g, gam, eps, axis, out_dtype, dt, _ = _inputs(x, grad, gamma, eps, axis, compute_dtype, None)
     mean, cast = _ops(dt)
     z, g = _work(arr, dt), _work(g, dt)
