@@ -63,7 +63,8 @@ def test_float16_headroom(g, m):
     best = (0.0, None, None)
     for n, x in m.sites.items():
         exact = 384 * _q(x.astype(np.float16))
-        for t in np.flatnonzero(exact >= 0.9 * exact.max()):
+        # a float16 pairwise sum of 384 terms is within 9 * 2**-11 < 0.5 % of the exact sum
+        for t in np.flatnonzero(exact >= 0.98 * exact.max()):
             s = naive_f16_sumsq(x[t])
             if s > best[0]:
                 best = (s, n, t)

@@ -190,12 +190,13 @@ def _write(folder: Path, arrays: dict, meta: dict) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # another run got there first, or no space
 
 
-def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 8) -> Measurements:
+def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 8, write: bool = True) -> Measurements:
     """Measure all-MiniLM-L6-v2 on ``sentences`` (see the module docstring).
 
     ``model``: a loaded :class:`lneps.minilm.MiniLM` (default: :func:`lneps.minilm.load`).
     ``cache_dir``: a folder for the cache (None: no cache). A cache that cannot be written is
-    skipped silently: the results are the same, only slower next time.
+    skipped silently: the results are the same, only slower next time. ``write=False`` reads
+    the cache but never adds to it.
     """
     from . import minilm
 
@@ -221,7 +222,7 @@ def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 8) -> M
     nonfinite = {n: int(np.size(e) - np.isfinite(e).sum()) for n, e in runs.items()}
     result = Measurements(base.sites, base.embeddings, base.lengths, subset, runs, nonfinite, sha,
                           model.eps, False)
-    if target is not None:
+    if target is not None and write:
         arrays = {f"site{i:02d}": a for i, a in enumerate(base.sites.values())}
         arrays.update({f"run{i:02d}": a for i, a in enumerate(runs.values())})
         arrays.update(embeddings=base.embeddings, lengths=base.lengths, subset=subset)
