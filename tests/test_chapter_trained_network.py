@@ -29,7 +29,8 @@ def _q(x):
 def test_sample_and_sites(g, m):
     assert g["n_sentences"] == len(sentences()) and g["n_tokens"] == int(m.lengths.sum())
     assert g["n_sites"] == 13 and g["torch_norms"] == 13 and g["model_eps"] == 1e-12
-    assert g["n_subset"] == len(m.subset) and g["subset_step"] == 8
+    assert g["n_subset"] == len(m.subset) and g["subset_step"] == 10
+    assert m.subset.tolist() == reference()["sentence_indices"]
 
 
 def test_parity(g, m):
