@@ -19,7 +19,7 @@ from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
-               "survey", "oracle", "report", "slider")
+               "survey", "oracle", "report", "slider", "eps_swap")
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all]
 
