@@ -91,7 +91,7 @@ def mp_layer_norm(row, eps):
 def test_formats(g):
     for name in P.FORMATS:
         assert g[f"digits_{name}"] == pytest.approx((ml_dtypes.finfo(name).nmant + 1) * math.log10(2))
-    assert round(g["digits_bfloat16"], 2) == 2.41 < 3  # the seed's "3 significant digits" is wrong
+    assert round(g["digits_bfloat16"], 2) == 2.41 < 3  # the note's "3 significant digits" is wrong
     assert (g["f16_max"], g["f16_tiny"], g["f16_sub"], g["f16_eps"]) == (65504.0, 2.0**-14, 2.0**-24, 2.0**-10)
     assert g["bf16_eps"] == 2.0**-7 and g["bf16_max"] == float(ml_dtypes.finfo(BF16).max)
     # IEEE binary16: 1 sign, 5 exponent, 10 stored significand bits; bfloat16: 1, 8, 7.

@@ -24,8 +24,8 @@ t, eps = resp.T, resp.EPSILON
 FIGURE = BOOK / "figures" / resp.FIGURE_NAME
 
 # The article's formulas, typed here (and only here) to check what SymPy derived.
-SEED_H = t / sp.sqrt(2 * t**2 / 3 + eps)
-SEED_DH = eps / (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)
+ARTICLE_H = t / sp.sqrt(2 * t**2 / 3 + eps)
+ARTICLE_DH = eps / (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)
 
 
 def h_closed(x, e):
@@ -45,17 +45,17 @@ def test_statistics_of_the_family():
     assert sp.simplify(q - 2 * t**2 / 3) == 0
 
 
-def test_derived_response_is_the_seeds():
-    assert sp.simplify(resp.derive_response() - SEED_H) == 0
+def test_derived_response_is_the_articles():
+    assert sp.simplify(resp.derive_response() - ARTICLE_H) == 0
     core = resp.family_core()
-    assert sp.simplify(core[0] + SEED_H) == 0 and core[1] == 0
+    assert sp.simplify(core[0] + ARTICLE_H) == 0 and core[1] == 0
 
 
-def test_derived_sensitivity_is_the_seeds_and_the_derivative():
+def test_derived_sensitivity_is_the_articles_and_the_derivative():
     dh = resp.derive_sensitivity()
-    assert sp.simplify(dh - SEED_DH) == 0
-    assert sp.simplify(dh - sp.diff(SEED_H, t)) == 0
-    # Written over (q + eps)^(3/2) with the numerator eps, as the seed writes it.
+    assert sp.simplify(dh - ARTICLE_DH) == 0
+    assert sp.simplify(dh - sp.diff(ARTICLE_H, t)) == 0
+    # Written over (q + eps)^(3/2) with the numerator eps, as the article writes it.
     assert sp.simplify(dh * (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)) == eps
 
 
@@ -85,7 +85,7 @@ def test_saturation_point():
     f = resp.F
     assert sp.simplify(t_f**2 - 3 * eps * f**2 / (2 * (1 - f**2))) == 0
     # the response at t_f is f times its limit
-    assert sp.simplify(SEED_H.subs(t, t_f) - f * sp.sqrt(6) / 2) == 0
+    assert sp.simplify(ARTICLE_H.subs(t, t_f) - f * sp.sqrt(6) / 2) == 0
     assert resp.saturation_point(0.9, 0.01) == pytest.approx(math.sqrt(1.5 * 0.01 * 0.81 / 0.19))
     assert h_closed(resp.saturation_point(0.5, 0.3), 0.3) == pytest.approx(0.5 * math.sqrt(1.5))
 
