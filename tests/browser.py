@@ -89,7 +89,8 @@ OPEN_ALL_JS = """() => { document.querySelectorAll("details").forEach(d => { d.o
 # What does not fit the main column. An element may be wider than the column only inside a
 # scroll box of its own (overflow-x auto or scroll: a table container, a code block); a box
 # that hides overflow must not be hiding any; a display formula must fit without scrolling
-# (long equations break); and the page itself never scrolls sideways.
+# (long equations break; a formula a cell prints may scroll in its output box, like code);
+# and the page itself never scrolls sideways.
 LAYOUT_JS = """() => {
   const main = document.querySelector("article.bd-article");
   const box = main.getBoundingClientRect();
@@ -119,6 +120,7 @@ LAYOUT_JS = """() => {
       out.clipped.push(`${name(el)}: ${el.scrollWidth} px of content in ${el.clientWidth} px`);
   }
   for (const m of main.querySelectorAll("mjx-container[display=true]")) {
+    if (m.closest(".cell_output")) continue;  // a computed result scrolls in its output box
     if (m.scrollWidth > m.clientWidth + 1)
       out.math.push(`${name(m.closest("div.math") || m)}: ${m.scrollWidth} px wide in ${m.clientWidth} px`);
   }

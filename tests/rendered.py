@@ -34,6 +34,7 @@ FORBIDDEN = {
     "NBVAL_": r"NBVAL_",
     "myst-nb": r"\bmyst[-_]nb\b",
 }
+URL = re.compile(r"https?://\S+")
 FORBIDDEN_RE = {word: re.compile(pattern, re.IGNORECASE) for word, pattern in FORBIDDEN.items()}
 
 # What counts as code and output on a page: code cells (input and output) and every other
@@ -105,13 +106,17 @@ def words(text: str) -> list[str]:
 
 def rendered_text(main) -> str:
     """All the text of the article, code and outputs included, plus what the page says in
-    attributes a reader meets: image alt text and hover titles (a citation's title)."""
+    attributes a reader meets: image alt text and hover titles (a citation's title).
+
+    An address (``https://github.com/.../issues/41527``, as the bibliography prints them) is
+    not prose: it names a page, and is left out.
+    """
     parts = [main.get_text(" ")]
     for node in main.find_all(True):
         for attr in ("alt", "title", "aria-label"):
             if node.get(attr):
                 parts.append(node[attr])
-    return " ".join(parts)
+    return URL.sub(" ", " ".join(parts))
 
 
 def forbidden_words(text: str) -> dict[str, list[str]]:
@@ -130,13 +135,19 @@ def code_share(main) -> dict:
 
     Code is every code cell (input and output, folded ones included: they are on the page,
     a click away) and every other code block. Prose is everything else: text, headings,
-    captions, dropdowns, and math (counted by its TeX tokens).
+    captions, dropdowns, and math (counted by its TeX tokens). A word is a run of characters
+    between white space, as ``wc -w`` counts: code keeps its own spacing (the highlighter's
+    spans are not word breaks), prose is read with a break at every element.
     """
-    total = len(words(main.get_text(" ")))
     code_nodes = []
     for node in main.select(", ".join(CODE_SELECTORS)):
         # count each block once: skip a <pre> inside a cell already counted
         if not any(parent in code_nodes for parent in node.parents):
             code_nodes.append(node)
-    code = sum(len(words(n.get_text(" "))) for n in code_nodes)
-    return {"total": total, "code": code, "share": code / total if total else 0.0}
+    code = sum(len(words(n.get_text())) for n in code_nodes)
+    prose_copy = BeautifulSoup(str(main), "html.parser")
+    for node in prose_copy.select(", ".join(CODE_SELECTORS)):
+        node.decompose()
+    prose = len(words(prose_copy.get_text(" ")))
+    total = prose + code
+    return {"total": total, "code": code, "prose": prose, "share": code / total if total else 0.0}

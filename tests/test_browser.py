@@ -25,8 +25,8 @@ from browser import IMAGES_JS, MATHJAX_READY_JS, new_page
 
 SLIDER_PAGE = "book/layer_norm_by_hand.html"
 TOKEN = np.array([2.0, 4.0, 6.0, 8.0])
-# The seed's points (issue 5), then a few more across the grid.
-SLIDER_POINTS = [(1, 0), (-1, 0), (0, 3), (0.25, 100), (-2, -100), (1.75, -37), (-0.25, 5)]
+# The points chapter 1 discusses, then a few more across the grid.
+SLIDER_POINTS = [(1, 0), (-1, 0), (0, 3), (0.25, 4), (-2, -4), (1.75, -3.5), (-0.25, 1.5)]
 MAX_PAGE_WEIGHT = 2_000_000  # bytes a page may load beyond the theme's own assets
 
 

@@ -1,12 +1,14 @@
 """`make pdf` writes the whole book as a PDF: every chapter, math typeset, a table of
 contents whose page numbers are right, and page numbers. Read back with poppler's pdftotext.
 
-The PDF is made from the build of `make book` (the session fixture built_book): the fixture
-below runs `make pdf` once after it.
+The PDF is made from the build of `make book` (the session fixture built_book): the session
+fixture built_pdf (tests/conftest.py) starts `make pdf` as soon as that build ends, so it
+prints while the browser tests run.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -25,24 +27,22 @@ pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
 
 
 @pytest.fixture(scope="module")
-def pdf(built_book):
-    code, output = built_book
+def pdf(built_pdf):
+    code, output = built_pdf
     assert code == 0, output[-3000:]
-    run = subprocess.run(["make", "--no-print-directory", "pdf"], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert PDF.is_file()
     text = subprocess.run(["pdftotext", "-layout", str(PDF), "-"], check=True,
                           capture_output=True, text=True).stdout
-    return {"pages": [" ".join(p.split()) for p in text.split("\f")][:-1], "log": run.stdout}
+    return {"pages": [" ".join(p.split()) for p in text.split("\f")][:-1], "log": output}
 
 
-def chapter_titles() -> list[str]:
+@functools.cache
+def chapter_titles() -> tuple[str, ...]:
     titles = []
     for page in toc_pages():
         h1 = article((HTML / page.html).read_text()).find("h1")
         titles.append(" ".join(h1.get_text(" ").split()))
-    return titles
+    return tuple(titles)
 
 
 def test_every_chapter_is_in_the_pdf(pdf):
@@ -52,6 +52,7 @@ def test_every_chapter_is_in_the_pdf(pdf):
     assert len(pdf["pages"]) > 40
 
 
+@functools.cache
 def code_text() -> str:
     """All code blocks of the printed book (its singlehtml), whitespace removed: TeX inside
     a docstring shown as code is code, not a formula left untypeset."""

@@ -10,8 +10,9 @@
 
 The table of contents needs the pages the chapters start on, which are known only after
 printing: the book is printed once with placeholder numbers, the start pages are read back
-with ``pdftotext``, and the book is printed again with the real numbers (the placeholders
-have the same width, so nothing moves).
+with ``pdftotext`` (each chapter starts a page, with its title at the top), and the book is
+printed again with the real numbers; the placeholders have the same width, so nothing moves,
+and the final file is read back to prove it.
 """
 
 from __future__ import annotations
@@ -140,7 +141,6 @@ html, body { font-size: 14px; }
 #lneps-pdf-contents li.lneps-entry a { display: flex; color: inherit; text-decoration: none; padding: .15em 0; }
 #lneps-pdf-contents .lneps-leader { flex: 1; border-bottom: 1px dotted #888; margin: 0 .4em .35em; }
 #lneps-pdf-contents .lneps-page { font-variant-numeric: tabular-nums; }
-.lneps-contents-only article.bd-article > :not(#lneps-pdf-contents) { display: none !important; }
 .lneps-part-label { font-variant: small-caps; letter-spacing: .05em; color: #555; margin: 0; }
 figure, img, .cell_output, div.math, table { break-inside: avoid; }
 h1, h2, h3 { break-after: avoid; }
@@ -173,14 +173,29 @@ def page_texts(pdf: Path) -> list[str]:
     return out.split("\f")
 
 
-def start_pages(pdf: Path, titles: list[str], first: int, header: str) -> list[int]:
-    """The 1-based page each chapter starts on: ``titles[0]`` on page ``first``, then each
-    title at the top of a later page (chapters start on a new page; the running header,
-    ``header``, is left out)."""
+def _page_texts_without(header: str, pdf: Path) -> list[str]:
     texts = []
     for t in page_texts(pdf):
         t = " ".join(t.split())
         texts.append(t[len(header):].lstrip() if header and t.startswith(header) else t)
+    return texts
+
+
+def first_content_page(pdf: Path, root_title: str, header: str) -> int:
+    """The 1-based page the book's text starts on: the first page, after the contents,
+    that opens with the root page's title."""
+    texts = _page_texts_without(header, pdf)
+    for i, text in enumerate(texts):
+        if i > 0 and text.startswith(" ".join(root_title.split())):
+            return i + 1
+    raise RuntimeError(f"the root page {root_title!r} was not found after the contents")
+
+
+def start_pages(pdf: Path, titles: list[str], first: int, header: str) -> list[int]:
+    """The 1-based page each chapter starts on: ``titles[0]`` on page ``first``, then each
+    title at the top of a later page (chapters start on a new page; the running header,
+    ``header``, is left out)."""
+    texts = _page_texts_without(header, pdf)
     pages, start = [first], first - 1
     for title in titles[1:]:
         want = " ".join(title.split())
@@ -229,12 +244,8 @@ def print_pdf(html_dir: Path, out: Path, title: str) -> dict:
                            margin={"top": "16mm", "bottom": "18mm", "left": "15mm", "right": "15mm"},
                            outline=True, tagged=True)
             first = out.with_suffix(".pass1.pdf")
-            # How many pages the contents take: print them alone.
-            page.evaluate("() => document.documentElement.classList.add('lneps-contents-only')")
             page.pdf(path=str(first), **options)
-            contents_pages = len(page_texts(first)) - 1
-            page.evaluate("() => document.documentElement.classList.remove('lneps-contents-only')")
-            page.pdf(path=str(first), **options)
+            contents_pages = first_content_page(first, titles[0], title) - 1
             numbers = start_pages(first, titles, contents_pages + 1, title)
             page.evaluate("""(numbers) => {
               document.querySelectorAll("#lneps-pdf-contents .lneps-page").forEach(s => {
