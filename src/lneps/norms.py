@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
-from .precision import layer_norm_rounded, rms_norm_rounded
+from .rounded import layer_norm_rounded, rms_norm_rounded
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm"]
 

@@ -1,14 +1,17 @@
-"""Small formatting helpers for numbers the book quotes in prose (through myst-nb ``glue``).
+"""Formatting helpers: the vectors, errors and text tables the chapters print.
 
-They format; they compute nothing. Keeping them here means every chapter prints a vector the
-same way and the tests can compare the quoted text with the seeds'.
+They format; they compute nothing, so every chapter prints a vector or a table the same way.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["fmt_vec", "decimal_place"]
+from .survey import worst_over_d
+
+__all__ = ["fmt_vec", "decimal_place", "fmt_ulp", "ulp_table", "text_table"]
 
 
 def fmt_vec(x, digits: int = 3) -> str:
@@ -28,3 +31,33 @@ def decimal_place(delta: float) -> int:
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1); got {delta!r}")
     return int(np.floor(-np.log10(delta))) + 1
+
+
+def fmt_ulp(v: float) -> str:
+    """An error in ulp for a table: 2 decimals below 10, whole numbers below 10^4, then
+    ``1.2e+05`` style; 0, inf and NaN as ``0``, ``inf``, ``nan``."""
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    return f"{v:.2f}" if v < 10 else (f"{v:.0f}" if v < 1e4 else f"{v:.1e}")
+
+
+def ulp_table(survey: dict, methods, families=None) -> str:
+    """:func:`text_table` of a :func:`worst_ulp_survey` result: one row per family (default:
+    the survey's, in its order), one column per method, each cell :func:`worst_over_d`
+    formatted by :func:`fmt_ulp`."""
+    methods = list(methods)
+    if families is None:
+        families = list(dict.fromkeys(f for _, f, _ in survey))
+    return text_table(["family"] + methods,
+                      [[fam] + [fmt_ulp(worst_over_d(survey, m, fam)) for m in methods] for fam in families])
+
+
+def text_table(header, rows) -> str:
+    """A fixed-width text table: ``header`` and each row are sequences of strings."""
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(row[j]) for row in cells) for j in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,96 @@
+r"""Floating-point formats, and what storing epsilon in one does to it.
+
+A binary format with p significand bits (the implicit bit included) stores
+:math:`\pm 1.f \times 2^e`; every figure here is read from ``ml_dtypes.finfo``, which answers
+for NumPy's formats and for ``ml_dtypes.bfloat16`` alike (``np.finfo`` rejects bfloat16).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ._checks import check_eps, check_float_dtype
+
+__all__ = [
+    "FORMATS",
+    "EPS_FATES",
+    "significant_digits",
+    "format_info",
+    "format_table",
+    "eps_fate",
+    "one_plus_eps_is_one",
+    "eps_survival_table",
+]
+
+
+FORMATS = ("float16", "bfloat16", "float32", "float64")
+
+EPS_FATES = ("zero", "subnormal", "normal")
+
+def _finfo(dtype):
+    # ml_dtypes.finfo also answers for NumPy's own formats; np.finfo rejects bfloat16.
+    return ml_dtypes.finfo(check_float_dtype(dtype))
+
+def significant_digits(dtype) -> float:
+    r"""Decimal digits carried by p significand bits (implicit bit included): :math:`p \log_{10} 2`."""
+    return (_finfo(dtype).nmant + 1) * math.log10(2)
+
+def format_info(dtype) -> dict:
+    """One format's numbers as Python values: bits, significand bits p (implicit bit included),
+    exponent bits, smallest subnormal, smallest normal, largest, machine epsilon (spacing
+    above 1) and significant digits. Sign + exponent + stored significand bits = bits."""
+    fi = _finfo(dtype)
+    return {
+        "name": str(check_float_dtype(dtype)),
+        "bits": int(fi.bits),
+        "significand_bits": int(fi.nmant) + 1,
+        "exponent_bits": int(fi.nexp),
+        "smallest_subnormal": float(fi.smallest_subnormal),
+        "smallest_normal": float(fi.smallest_normal),
+        "largest": float(fi.max),
+        "machine_eps": float(fi.eps),
+        "digits": significant_digits(dtype),
+    }
+
+def format_table(dtypes=FORMATS) -> list[dict]:
+    """:func:`format_info` for each format, in order."""
+    return [format_info(dt) for dt in dtypes]
+
+def _stored(eps, dt: np.dtype) -> float:
+    # eps rounded to nearest in dt, read back as a Python float.
+    return float(np.asarray(check_eps(eps)).astype(dt))
+
+def _fate(stored: float, dt: np.dtype) -> str:
+    zero, subnormal, normal = EPS_FATES
+    if stored == 0.0:
+        return zero
+    return subnormal if stored < _finfo(dt).smallest_normal else normal
+
+def eps_fate(eps, dtype) -> str:
+    """What storing ``eps`` in ``dtype`` does to it, one of :data:`EPS_FATES`: ``"zero"``
+    (rounded to 0), ``"subnormal"`` (below the smallest normal) or ``"normal"``."""
+    dt = check_float_dtype(dtype)
+    return _fate(_stored(eps, dt), dt)
+
+def one_plus_eps_is_one(eps, dtype) -> bool:
+    """Whether ``1 + eps == 1`` when both are stored in ``dtype`` and the sum is rounded to it."""
+    dt = check_float_dtype(dtype)
+    one = np.ones((), dtype=dt)
+    return bool(one + np.asarray(check_eps(eps)).astype(dt) == one)
+
+def eps_survival_table(eps_values, dtypes=FORMATS) -> list[dict]:
+    """For each eps: the value stored in each format, its fate and whether 1 + eps == 1."""
+    dts = [check_float_dtype(dt) for dt in dtypes]
+    rows = []
+    for eps in eps_values:
+        row = {"eps": check_eps(eps)}
+        for dt in dts:
+            stored = _stored(eps, dt)
+            row[str(dt)] = stored
+            row[f"{dt} fate"] = _fate(stored, dt)
+            row[f"{dt} 1+eps==1"] = one_plus_eps_is_one(eps, dt)
+        rows.append(row)
+    return rows

@@ -1,0 +1,83 @@
+"""lneps.survey: the stress families and worst-error surveys, and the tables that print them."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lneps
+from lneps import report, survey, ulp
+
+F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
+
+
+# --- families and layout ------------------------------------------------------------------------
+
+
+def test_family_rows():
+    rng = np.random.default_rng(3)
+    x = survey.family_rows("mean 1000, sd 1", rng, 200, 64, F32)
+    assert x.shape == (200, 64) and x.dtype == F32
+    assert abs(float(x.mean()) - 1000) < 0.1 and abs(float(x.std()) - 1) < 0.05
+    c = survey.family_rows("constant", rng, 5, 16, BF16)
+    assert (c == c[:, :1]).all()
+    with pytest.raises(ValueError, match="name"):
+        survey.family_rows("uniform", rng, 1, 1, F16)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
+    (dict(rng=3), TypeError, "rng"),
+    (dict(n=0), ValueError, "n"),
+    (dict(n=2.0), TypeError, "n"),
+    (dict(d=0), ValueError, "d"),
+    (dict(d=True), TypeError, "d"),
+    (dict(dtype="int16"), TypeError, "dtype"),
+])
+def test_family_rows_checks_its_arguments(kwargs, exc, word):
+    args = dict(name="N(0,1)", rng=np.random.default_rng(0), n=2, d=4, dtype=F16) | kwargs
+    with pytest.raises(exc, match=rf"\b{word}\b"):
+        survey.family_rows(**args)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(ds=(8, 0)), ValueError, "ds"),  # d = 0 used to be a ZeroDivisionError
+    (dict(ds=()), ValueError, "ds"),
+    (dict(ds=8), TypeError, "ds"),
+    (dict(ds=(8.0,)), TypeError, "ds"),
+    (dict(rng=None), TypeError, "rng"),
+    (dict(elements=0), ValueError, "elements"),
+    (dict(methods={}), TypeError, "methods"),
+    (dict(dtype=None), TypeError, "dtype"),
+])
+def test_worst_ulp_survey_checks_its_arguments(kwargs, exc, word):
+    args = dict(methods={"id": lambda x: x}, reference=lambda x: x.astype(F64), dtype=F16, ds=(8,),
+                rng=np.random.default_rng(0), elements=64) | kwargs
+    methods, reference = args.pop("methods"), args.pop("reference")
+    with pytest.raises(exc, match=word):
+        survey.worst_ulp_survey(methods, reference, **args)
+
+
+def test_worst_over_d_and_ulp_table():
+    # Rounding to float16 is within half an ulp; doubling a value is exact (0 ulp).
+    methods = {"round": lambda x: x, "double/2": lambda x: (x.astype(F64) * 2 / 2).astype(F16)}
+    ref = lambda x: x.astype(F64) + 0.25 * ulp.ulp(x.astype(F64), F16)  # a quarter ulp off every value
+    s = survey.worst_ulp_survey(methods, ref, dtype=F16, ds=(4, 16), rng=np.random.default_rng(5),
+                           families=("N(0,1)", "sd 300"), elements=64)
+    assert survey.worst_over_d(s, "round", "N(0,1)") == max(s["round", "N(0,1)", 4], s["round", "N(0,1)", 16])
+    assert survey.worst_over_d(s, "round", "sd 300") == pytest.approx(0.25, abs=1e-12)
+    with pytest.raises(KeyError, match="constant"):
+        survey.worst_over_d(s, "round", "constant")
+    assert report.ulp_table(s, methods) == ("family  round  double/2\n------  -----  --------\n"
+                                       "N(0,1)   0.25      0.25\nsd 300   0.25      0.25")
+    assert report.ulp_table(s, ["round"], families=["sd 300"]) == "family  round\n------  -----\nsd 300   0.25"
+
+
+@pytest.mark.parametrize("v,text", [(0.0, "0"), (0.4999, "0.50"), (9.994, "9.99"), (123.4, "123"),
+                                    (9999.4, "9999"), (1.234e5, "1.2e+05"), (np.inf, "inf"),
+                                    (np.float64(np.nan), "nan")])
+def test_fmt_ulp(v, text):
+    assert report.fmt_ulp(v) == text
+
+
+def test_text_table_layout():
+    assert report.text_table(["a", "bb"], [["x", 1], ["yyy", 22]]) == "a    bb\n---  --\nx     1\nyyy  22"
