@@ -18,7 +18,7 @@ from .norms import batch_norm, layer_norm, rms_norm
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
+_SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp", "frameworks", "incidents",
                "survey", "oracle", "report", "slider")
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all]
