@@ -190,3 +190,13 @@ def test_chapter_numbers_match_the_data():
     assert g["ann0"] == pytest.approx(0.75 / (math.sqrt(0.25) + 1e-6)) and g["ln0"] == pytest.approx(0.75 / math.sqrt(0.1875 + 1e-5))
     assert g["rms_none_f16"] == "finfo(float32).eps"
     assert g["ref16_nan"] == sum(a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values())
+
+
+def test_variance_read_back_from_the_outputs():
+    iv = {fw: d["implied_variance"] for fw, d in DATA.items()}
+    worst = lambda fw, op: max(v["max_rel_error"] for v in iv[fw].values() if v["op"] == op)
+    assert all(v["rows"] >= 40 for d in iv.values() for v in d.values())
+    assert worst("onnxruntime", "layer_norm") < 1e-5       # not a float32 one-pass variance
+    assert worst("flax", "layer_norm_two_pass") < 1e-5
+    assert worst("torch", "layer_norm") < 1e-3             # Welford in float32
+    assert worst("flax", "layer_norm") > 0.5               # E[x^2] - E[x]^2 at mean 6e4

@@ -395,6 +395,33 @@ def measure_torch_rmsnorm_default(runner) -> dict:
     return out
 
 
+def implied_variance(runner, op, *, d=100, rows=64, dtype="float32", family="mean 6e4, sd 8") -> dict:
+    """The variance a layer used, read back from its float32 output: for each row,
+    s = (x_max - x_min) / (y_max - y_min) is its sqrt(var + eps), so var = s**2 - eps, compared
+    with the exact variance of the stored row. Output rounding alone leaves a relative error
+    near 1e-7; a one-pass E[x^2] - E[x]^2 in float32 at mean 6e4 is off by order 1."""
+    eps = 1e-5
+    x = FW.measurement_rows(dtype, d)[family][:rows]
+    y = runner.run(op, x, eps).astype(np.float64)
+    xs = x.astype(np.float64)
+    errs = []
+    for xr, yr in zip(xs, y):
+        j, k = int(np.argmax(xr)), int(np.argmin(xr))
+        if yr[j] == yr[k] or not np.isfinite(yr[j] - yr[k]):
+            continue
+        s = (xr[j] - xr[k]) / (yr[j] - yr[k])
+        exact = float(np.var(xr))
+        errs.append(abs(s * s - float(np.float32(eps)) - exact) / exact)
+    return {"op": op, "dtype": dtype, "family": family, "d": d, "rows": len(errs),
+            "max_rel_error": float(max(errs)) if errs else math.nan,
+            "median_rel_error": float(np.median(errs)) if errs else math.nan}
+
+
+def measure_statistics(runner) -> dict:
+    return {f"{op} | float32 | mean 6e4, sd 8 | {d}": implied_variance(runner, op, d=d)
+            for op in runner.ops if op != "rms_norm" for d in (100, 768)}
+
+
 def measure(name: str, **grid) -> dict:
     runner = RUNNERS[name]()
     model, flags = cpu_info()
@@ -418,6 +445,7 @@ def measure(name: str, **grid) -> dict:
         "unsupported": unsupported,
         "probes": measure_probes(runner),
         "eps_handling": measure_eps_handling(runner),
+        "implied_variance": measure_statistics(runner),
     }
     data["seconds"] = round(time.perf_counter() - t0, 1)
     return data
@@ -459,7 +487,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for name in args.only or list(RUNNERS):
         stored = FW.DATA_DIR / f"{name}.json"
-        old = FW.load(name) if stored.is_file() else None
+        old = None
+        if stored.is_file():
+            try:
+                old = FW.load(name)
+            except ValueError as exc:  # a file from an older schema: measure anyway, say so
+                print(f"{name}: the stored measurement does not fit the current schema ({exc})")
         data = measure(name)
         FW.dump(data, args.out / f"{name}.json")
         print(f"{name}: {len(data['results'])} rows in {data['seconds']} s -> {args.out / (name + '.json')}")

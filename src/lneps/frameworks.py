@@ -79,7 +79,7 @@ _SUMMARY_KEYS = {
 }
 _ROW_KEYS = {"op": str, "dtype": str, "family": str, "d": int, "eps": float, "sha256": str}
 _TOP_KEYS = ("schema", "framework", "versions", "platform", "cpu_flags", "date", "reference",
-             "inputs", "results", "unsupported", "probes", "eps_handling")
+             "inputs", "results", "unsupported", "probes", "eps_handling", "implied_variance")
 
 
 def _dtype(name: str) -> np.dtype:
@@ -207,7 +207,7 @@ def validate(data: dict) -> None:
         raise ValueError(f"measurement lacks {missing}")
     if data["schema"] != 1 or data["framework"] not in FRAMEWORKS:
         raise ValueError(f"unknown schema {data['schema']!r} or framework {data['framework']!r}")
-    for key in ("versions", "platform", "reference", "inputs", "probes", "eps_handling"):
+    for key in ("versions", "platform", "reference", "inputs", "probes", "eps_handling", "implied_variance"):
         if not isinstance(data[key], dict):
             raise ValueError(f"{key} must be an object")
     if not (isinstance(data["cpu_flags"], list) and all(isinstance(f, str) for f in data["cpu_flags"])):
