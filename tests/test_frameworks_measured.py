@@ -45,7 +45,7 @@ GRIDS = {
     "torch": {},
     "onnxruntime": {},
     "onnx_reference": {},
-    "flax": {"ds": (8, 768), "eps_values": (1e-12,)},
+    "flax": {"ds": (768,), "eps_values": (1e-12,)},
 }
 
 
