@@ -200,3 +200,20 @@ def test_variance_read_back_from_the_outputs():
     assert worst("flax", "layer_norm_two_pass") < 1e-5
     assert worst("torch", "layer_norm") < 1e-3             # Welford in float32
     assert worst("flax", "layer_norm") > 0.5               # E[x^2] - E[x]^2 at mean 6e4
+
+
+def test_compare_tells_a_moved_reference_from_a_moved_framework():
+    old = DATA["torch"]
+    new = copy.deepcopy(old)
+    new["results"][0]["correct"] -= 1  # same output digest, different summary
+    c = FW.compare(new, old)
+    assert c["identical"] == len(old["results"]) and c["differ"] == []
+    assert [e["key"] for e in c["reference_moved"]] == [tuple(new["results"][0][k] for k in ("op", "dtype", "family", "d", "eps"))]
+
+
+def test_stored_data_was_measured_against_the_correctly_rounded_reference():
+    assert all(d["reference"]["correctly_rounded"] for d in DATA.values())
+    eh = DATA["torch"]["eps_handling"]
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        e = eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]
+        assert e["lneps_eps_none"]["rows_equal"] == e["matches"][e["best"]]["rows_equal"]

@@ -47,7 +47,10 @@ def np_dtype(name: str):
 
 
 def reference(op: str, x: np.ndarray, eps: float) -> np.ndarray:
-    """lneps's default path for what ``op`` computes (group_norm here: one group per row)."""
+    """lneps's default path for what ``op`` computes, rows (n, d) in, rows out; group_norm as
+    the runners call it, on shape (n, C=1, d) with one group."""
+    if op == "group_norm":
+        return lneps.group_norm(x.reshape(len(x), 1, x.shape[-1]), 1, eps=eps).reshape(x.shape)
     if REFERENCE_OF[op] == "rms_norm":
         return lneps.rms_norm(x, eps=eps)
     return lneps.layer_norm(x, eps=eps)
@@ -250,7 +253,7 @@ def lneps_reference_info() -> dict:
     return {
         "layer_norm": "lneps.layer_norm(x, eps=eps), default path",
         "rms_norm": "lneps.rms_norm(x, eps=eps), default path",
-        "group_norm": "lneps.layer_norm of each group (one group per row here)",
+        "group_norm": "lneps.group_norm(x.reshape(n, 1, d), 1, eps=eps)",
         "lneps_commit": commit,
         "correctly_rounded": rounded,
     }
@@ -396,6 +399,9 @@ def measure_torch_rmsnorm_default(runner) -> dict:
             entry["matches"][label] = {"eps": value, "rows_equal": int(np.all(y == ref, axis=1).sum())}
         entry["best"] = max(entry["matches"], key=lambda k: entry["matches"][k]["rows_equal"])
         entry["module_eps_attribute"] = mod.eps
+        # lneps's own eps=None rule, an independent statement of torch's: same rows matched?
+        entry["lneps_eps_none"] = {"eps": lneps.rms_norm_default_eps(dt),
+                                   "rows_equal": int(np.all(y == lneps.rms_norm(x, eps=None), axis=1).sum())}
         out[f"torch.nn.RMSNorm(eps=None) | {dtype}"] = entry
     return out
 
@@ -478,6 +484,10 @@ def report(new: dict, old: dict | None) -> str:
                      f" nan {b['nan']}->{a['nan']}")
     if len(c["differ"]) > 25:
         lines.append(f"  ... and {len(c['differ']) - 25} more rows differ")
+    if c["reference_moved"]:
+        lines.append(f"  {len(c['reference_moved'])} rows with identical outputs changed their summary:"
+                     f" the lneps reference moved (stored commit {old['reference'].get('lneps_commit', '?')[:7]},"
+                     f" here {new['reference'].get('lneps_commit', '?')[:7]})")
     if c["missing"]:
         lines.append(f"  rows in only one of the two: {len(c['missing'])}")
     return "\n".join(lines)

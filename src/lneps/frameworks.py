@@ -287,8 +287,9 @@ def by_family(data: dict, op: str, dtype: str, eps=None) -> dict[str, dict]:
 def compare(new: dict, old: dict, *, share_tol: float = 0.0, ulp_rtol: float = 0.0) -> dict:
     """Compare a fresh measurement with a stored one, row by row (same op, dtype, family, d, eps).
 
-    Returns ``{"same_machine", "identical", "differ", "missing"}``: ``identical`` counts rows
-    whose output digests agree; ``differ`` lists the rows whose share of correct outputs moved
+    Returns ``{"same_machine", "identical", "differ", "missing", "reference_moved"}``:
+    ``identical`` counts rows whose output digests agree (``reference_moved`` lists those among
+    them whose summary changed all the same: the reference, not the framework, moved); ``differ`` lists the rows whose share of correct outputs moved
     by more than ``share_tol`` or whose worst ulp moved by more than ``ulp_rtol`` (relative),
     or whose NaN/inf counts changed; ``missing`` lists keys present in only one of the two.
     ``same_machine`` says whether the CPU flags and the framework versions agree.
@@ -301,11 +302,14 @@ def compare(new: dict, old: dict, *, share_tol: float = 0.0, ulp_rtol: float = 0
         "identical": 0,
         "differ": [],
         "missing": sorted(set(a) ^ set(b), key=str),
+        "reference_moved": [],
     }
     for k in a.keys() & b.keys():
         ra, rb = a[k], b[k]
         if ra["sha256"] == rb["sha256"]:
             out["identical"] += 1
+            if any(ra[f] != rb[f] for f in _SUMMARY_KEYS):
+                out["reference_moved"].append({"key": k, "new": ra, "old": rb})
             continue
         share = abs(ra["correct"] / ra["n"] - rb["correct"] / rb["n"])
         wa, wb = ra["worst_ulp"], rb["worst_ulp"]
@@ -314,4 +318,5 @@ def compare(new: dict, old: dict, *, share_tol: float = 0.0, ulp_rtol: float = 0
         if share > share_tol or ulp_moved or ra["nan"] != rb["nan"] or ra["inf"] != rb["inf"]:
             out["differ"].append({"key": k, "new": ra, "old": rb})
     out["differ"].sort(key=lambda e: str(e["key"]))
+    out["reference_moved"].sort(key=lambda e: str(e["key"]))
     return out
