@@ -142,7 +142,7 @@ html, body { font-size: 14px; }
 #lneps-pdf-contents .lneps-leader { flex: 1; border-bottom: 1px dotted #888; margin: 0 .4em .35em; }
 #lneps-pdf-contents .lneps-page { font-variant-numeric: tabular-nums; }
 .lneps-part-label { font-variant: small-caps; letter-spacing: .05em; color: #555; margin: 0; }
-figure, img, .cell_output, div.math, table { break-inside: avoid; }
+figure, img, .cell_input, .cell_output, div.math, table { break-inside: avoid; }
 h1, h2, h3 { break-after: avoid; }
 pre { white-space: pre-wrap; word-break: break-word; }
 """
