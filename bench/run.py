@@ -14,7 +14,9 @@ the kernels import the copy's lneps, not the tree's editable install. The figure
 - warm rebuild; rebuild after editing one markdown cell (and one code cell) of one notebook,
   with the notebooks the build executed read off its log;
 - `make test` wall time with the venv present (no _build, as in CI; then with _build);
-- lneps.symbolic.check_jacobian(d), d = 4 ... 64, each call in a fresh interpreter.
+- lneps.symbolic.check_jacobian(d), d = 4 ... 64, each call in a fresh interpreter;
+- lneps.layer_norm's correctly rounded default against plain float64 NumPy on 4096 x 4096
+  (bench/kernel.py): median ratios per input format, fallback rate and extra memory.
 
 A figure whose first run takes under 10 s is the median of at least 3 runs, and so is each
 cold build (its variants interleaved, so that drifting load hits them alike). Absolute times
@@ -48,7 +50,8 @@ REPEAT_UNDER = 10.0  # a figure whose first run is shorter than this is a median
 DIMS = (4, 8, 16, 32, 64)
 FLOOR_IMPORTS = "import numpy, sympy, matplotlib, lneps"
 WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")  # what tests/conftest.py counts
-TARGETS = {"cold_over_floor": 1.3, "warm_rebuild_s": 3.0, "check_jacobian_64_s": 2.0, "make_test_s": 90.0}
+# make test's budget grew from 90 s to 120 s with the trained-network chapter (issue 12).
+TARGETS = {"cold_over_floor": 1.3, "warm_rebuild_s": 3.0, "check_jacobian_64_s": 2.0, "make_test_s": 120.0}
 
 # Never copied: the venv (linked instead), build output, git internals, caches.
 SKIP_TOP = {".venv", "_build", ".git"}
@@ -478,6 +481,10 @@ def main() -> int:
 
     log("check_jacobian(d), each call in a fresh interpreter")
     results["check_jacobian_s"] = time_check_jacobian(work, env)
+    log("layer_norm's correctly rounded default against plain float64 NumPy, 4096 x 4096")
+    kr = run([sys.executable, str(work / "bench" / "kernel.py")], work, env, "kernel-speed")
+    results["kernel_speed"] = (json.loads(kr["stdout"].strip().splitlines()[-1]) if kr["code"] == 0
+                               else {"error": kr["output"][-500:]})
     results["machine"]["load_avg_end"] = os.getloadavg()
 
     results["targets"] = evaluate(results)
@@ -515,7 +522,9 @@ def evaluate(r: dict) -> dict:
         "markdown edit executes nothing": md["notebooks_executed"] == 0,
         "code edit executes only that notebook": code["notebooks_executed"] == 1,
         "check_jacobian(64) < 2 s": (cj64 < TARGETS["check_jacobian_64_s"]) if cj64 is not None else "n/a",
-        "make test < 90 s (venv present, no _build)": r["make_test"]["cold_build_dir"]["seconds"] < TARGETS["make_test_s"],
+        "make test < 120 s (venv present, no _build)": r["make_test"]["cold_build_dir"]["seconds"] < TARGETS["make_test_s"],
+        **{f"layer_norm default, {name} input <= {k['target']:g} x plain float64 ({k['ratio']:.2f} x)": k["ratio"] <= k["target"]
+           for name, k in r.get("kernel_speed", {}).items() if isinstance(k, dict)},
     }
 
 
@@ -556,6 +565,15 @@ def render(r: dict) -> str:
             rows.append((f"check_jacobian({d})", f"{v['median']:.3f} s", f"runs {v['runs']}; returned {v['result']}"))
         else:
             rows.append((f"check_jacobian({d})", "n/a", v if isinstance(v, str) else v.get("error")))
+    for name, k in r.get("kernel_speed", {}).items():
+        if not isinstance(k, dict):
+            rows.append(("layer_norm default vs plain float64", "error", str(k)[:200]))
+            continue
+        rows.append((f"layer_norm default / plain float64, {name} 4096 x 4096", f"{k['ratio']:.2f} x",
+                     f"median of pair ratios {k['ratios']}; plain {fmt(k['plain_s'])}, lneps {fmt(k['lneps_s'])}; "
+                     f"rows in double-double {k['double_double_rows']:.2%}, elements settled exactly "
+                     f"{k['exact_elements']} of {k['elements']}; extra memory {k['extra_memory_float64_copies']:.2f} "
+                     "float64 copies of the input"))
     out = [f"Benchmark {r['when']}, commit {r['commit']}, {r['machine']['cpus']} CPUs, load {r['machine']['load_avg_start'][0]:.1f} -> {r['machine']['load_avg_end'][0]:.1f}, BOOK_JOBS={jobs}", ""]
     out += ["| figure | time | notes |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]

@@ -75,7 +75,9 @@ def test_pytorch_default_is_a_step_at_this_scale(g):
 
 
 def test_numerical_checks(g):
-    assert g["worst_response"] == 0.0  # the mean of (-t, 0, t) is exactly 0 in floating point
+    # lneps is correctly rounded; the closed form evaluated in float64 rounds at each operation:
+    # they agree to a float64 ulp of the largest response, sqrt(3/2).
+    assert g["worst_response"] <= 2.0**-52 * 1.2248
     assert 0 < g["worst_slope"] < 1e-6
 
 

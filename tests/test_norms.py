@@ -60,7 +60,7 @@ def test_rms_norm_formula():
     x = np.array([[2.0, 4.0, 6.0, 8.0], [-1.0, 0.0, 0.0, 1.0]])
     gamma = np.array([1.0, 2.0, 3.0, 4.0])
     want = x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + 1e-6) * gamma
-    np.testing.assert_allclose(lneps.rms_norm(x, gamma), want, rtol=1e-15)
+    np.testing.assert_allclose(lneps.rms_norm(x, gamma, eps=1e-6), want, rtol=1e-15)
     # No centering: RMSNorm is not shift invariant.
     assert not np.allclose(lneps.rms_norm(x[0] + 100), lneps.rms_norm(x[0]), atol=0.1)
 
@@ -119,7 +119,9 @@ def test_axis_out_of_range_is_numpys_axis_error():
     with pytest.raises(np.exceptions.AxisError):
         lneps.batch_norm(np.ones(3), axis=1)
     with pytest.raises(TypeError, match="axis"):
-        lneps.layer_norm(np.ones((2, 3)), axis=(0, 1))
+        lneps.layer_norm(np.ones((2, 3)), axis=1.0)
+    with pytest.raises(ValueError, match="trailing axes"):
+        lneps.layer_norm(np.ones((2, 3, 4)), axis=(0, 1))
 
 
 def test_eps_zero_gives_nan_for_a_constant_row_only():
@@ -217,3 +219,183 @@ def test_compute_dtype_accepts_names_and_dtype_objects(compute_dtype):
     x = np.array([2.0, 4.0, 6.0, 8.0], dtype=np.float32)
     y = lneps.layer_norm(x, compute_dtype=compute_dtype)
     np.testing.assert_allclose(y, [-1.342, -0.447, 0.447, 1.342], atol=0.01)
+
+
+# --- the API a reference needs: PyTorch's and ONNX's definitions, written out ---------------
+
+from lneps import oracle  # noqa: E402
+
+F64 = np.float64
+
+
+def onnx_layer_normalization(X, Scale, B, axis, epsilon):
+    """ONNX LayerNormalization (opset 17), its function body step by step, in float64:
+    Mean = ReduceMean(X, axes=[axis..r-1]), D = X - Mean, Var = ReduceMean(D * D),
+    StdDev = Sqrt(Var + epsilon), InvStdDev = Reciprocal(StdDev),
+    Y = D * InvStdDev * Scale + B; outputs Y, Mean, InvStdDev."""
+    axes = tuple(range(axis % X.ndim, X.ndim))
+    mean = X.mean(axis=axes, keepdims=True)
+    D = X - mean
+    inv = 1 / np.sqrt((D * D).mean(axis=axes, keepdims=True) + epsilon)
+    return D * inv * Scale + B, mean, inv
+
+
+def torch_group_norm(x, G, w, b, eps):
+    """torch.nn.functional.group_norm as its documentation defines it (float64)."""
+    N, C = x.shape[:2]
+    g = x.reshape(N, G, -1)
+    y = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)
+    shape = (1, C) + (1,) * (x.ndim - 2)
+    return y.reshape(x.shape) * w.reshape(shape) + b.reshape(shape)
+
+
+def test_axis_tuple_is_onnx_layer_normalization_with_its_mean_and_inv_std():
+    rng = np.random.default_rng(20)
+    X = rng.normal(2, 3, (2, 3, 4, 5))
+    for axis in (1, 2, 3, -1):
+        shape = X.shape[axis % 4:]
+        Scale, B = rng.normal(size=shape), rng.normal(size=shape)
+        want, mean, inv = onnx_layer_normalization(X, Scale, B, axis, 1e-5)
+        got, gm, gi = lneps.layer_norm(X, Scale, B, axis=tuple(range(axis % 4, 4)), return_stats=True)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(gm, mean, rtol=1e-15)
+        np.testing.assert_allclose(gi, inv, rtol=1e-14)
+        assert gm.shape == mean.shape and gi.shape == inv.shape
+
+
+def test_axis_tuple_is_a_reshape_and_stays_correctly_rounded():
+    x = np.random.default_rng(21).normal(size=(6, 4, 25)).astype(np.float32)
+    g = np.random.default_rng(22).normal(1, 0.3, (4, 25)).astype(np.float32)
+    got = lneps.layer_norm(x, g, axis=(-2, -1))
+    want = oracle.layer_norm(x.reshape(6, 100), g.reshape(100), eps=1e-5).reshape(x.shape)
+    np.testing.assert_array_equal(got.astype(F64), want)
+
+
+def test_group_norm_is_torchs_and_is_correctly_rounded():
+    rng = np.random.default_rng(23)
+    x = rng.normal(1, 2, (3, 6, 5, 2))
+    w, b = rng.normal(size=6), rng.normal(size=6)
+    for G in (1, 2, 3, 6):  # 6: instance normalization
+        np.testing.assert_allclose(lneps.group_norm(x, G, w, b), torch_group_norm(x, G, w, b, 1e-5), rtol=1e-13, atol=1e-13)
+    x32 = x.astype(np.float32)
+    rows = x32.reshape(3 * 2, -1)
+    gamma = np.broadcast_to(w.reshape(1, 6, 1, 1), x.shape).reshape(6, -1)
+    beta = np.broadcast_to(b.reshape(1, 6, 1, 1), x.shape).reshape(6, -1)
+    got = lneps.group_norm(x32, 2, w, b).reshape(6, -1).astype(F64)
+    np.testing.assert_array_equal(got, oracle.layer_norm(rows, gamma, beta, eps=1e-5))
+    y, mean, rstd = lneps.group_norm(x, 3, return_stats=True)
+    assert mean.shape == rstd.shape == (3, 3)
+    np.testing.assert_allclose(mean, x.reshape(3, 3, -1).mean(-1), rtol=1e-15)
+
+
+def test_group_norm_checks_its_arguments():
+    x = np.ones((2, 6, 3))
+    with pytest.raises(ValueError, match="divide"):
+        lneps.group_norm(x, 4)
+    with pytest.raises(ValueError, match=">= 1"):
+        lneps.group_norm(x, 0)
+    with pytest.raises(TypeError, match="num_groups"):
+        lneps.group_norm(x, 2.0)
+    with pytest.raises(ValueError, match="at least 2 axes"):
+        lneps.group_norm(np.ones(6), 2)
+    with pytest.raises(ValueError, match=r"gamma.*\(6,\)"):
+        lneps.group_norm(x, 2, gamma=np.ones(3))
+    with pytest.raises(ValueError, match="eps"):
+        lneps.group_norm(x, 2, eps=-1.0)
+
+
+def test_batch_norm_training_uses_the_batch_and_inference_uses_the_stored_statistics():
+    rng = np.random.default_rng(24)
+    x = rng.normal(3, 2, (8, 4, 5))  # torch's (N, C, L)
+    w, b = rng.normal(size=4), rng.normal(size=4)
+    mu, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
+    train = lneps.batch_norm(x, w, b, axis=(0, 2))
+    want = (x - mu[None, :, None]) / np.sqrt(var[None, :, None] + 1e-5) * w[None, :, None] + b[None, :, None]
+    np.testing.assert_allclose(train, want, rtol=1e-13, atol=1e-13)
+    rm, rv = rng.normal(size=4), rng.uniform(0, 2, 4)
+    infer = lneps.batch_norm(x, w, b, axis=(0, 2), training=False, running_mean=rm, running_var=rv)
+    want = (x - rm[None, :, None]) / np.sqrt(rv[None, :, None] + 1e-5) * w[None, :, None] + b[None, :, None]
+    np.testing.assert_allclose(infer, want, rtol=1e-13, atol=1e-13)
+    # In use, one example's output does not depend on the others; in training it does.
+    other = x.copy()
+    other[1:] += 5
+    assert np.array_equal(lneps.batch_norm(other, axis=(0, 2), training=False, running_mean=rm, running_var=rv)[0],
+                          lneps.batch_norm(x, axis=(0, 2), training=False, running_mean=rm, running_var=rv)[0])
+    assert not np.allclose(lneps.batch_norm(other, axis=(0, 2))[0], lneps.batch_norm(x, axis=(0, 2))[0])
+
+
+def test_batch_norm_inference_is_correctly_rounded_where_eps_meets_a_tiny_variance():
+    from fractions import Fraction
+
+    x = np.array([[0.1, -0.2, 0.3], [1e-4, 2e-4, -1e-4]], dtype=np.float32).T  # (tokens, features)
+    rm, rv = np.array([0.05, 1e-4]), np.array([1e-12, 0.0])
+    got = lneps.batch_norm(x, training=False, running_mean=rm, running_var=rv)
+    fmt = oracle.format_of(np.float32)
+    for i in range(3):
+        for j in range(2):
+            a = Fraction(float(x[i, j])) - Fraction(float(rm[j]))
+            want = oracle.round_quotient(a, Fraction(float(rv[j])) + Fraction(1e-5), 0, fmt)
+            assert float(got[i, j]) == want
+
+
+def test_batch_norm_checks_its_arguments():
+    x = np.ones((4, 3))
+    with pytest.raises(ValueError, match="training=False"):
+        lneps.batch_norm(x, running_mean=np.zeros(3), running_var=np.ones(3))
+    with pytest.raises(ValueError, match="needs running_mean"):
+        lneps.batch_norm(x, training=False, running_mean=np.zeros(3))
+    with pytest.raises(ValueError, match="negative"):
+        lneps.batch_norm(x, training=False, running_mean=np.zeros(3), running_var=-np.ones(3))
+    with pytest.raises(ValueError, match=r"running_mean.*\(3,\)"):
+        lneps.batch_norm(x, training=False, running_mean=np.zeros(4), running_var=np.ones(3))
+    with pytest.raises(TypeError, match="training"):
+        lneps.batch_norm(x, training="no")
+
+
+def test_rms_norm_default_eps_is_torchs_rule():
+    assert lneps.rms_norm_default_eps(np.float16) == lneps.rms_norm_default_eps(BF16) == 2.0**-23
+    assert lneps.rms_norm_default_eps(np.float32) == 2.0**-23
+    assert lneps.rms_norm_default_eps(np.float64) == 2.0**-52
+    x = np.random.default_rng(25).normal(0, 1e-3, (4, 16))
+    for dt, eps in ((np.float16, 2.0**-23), (BF16, 2.0**-23), (np.float32, 2.0**-23), (np.float64, 2.0**-52)):
+        xd = x.astype(dt)
+        np.testing.assert_array_equal(lneps.rms_norm(xd), lneps.rms_norm(xd, eps=eps))
+
+
+def test_return_stats_are_the_exact_statistics_to_float64():
+    from fractions import Fraction
+
+    x = np.random.default_rng(26).normal(6e4, 8, (5, 300)).astype(np.float32)
+    y, mean, rstd = lneps.layer_norm(x, return_stats=True)
+    assert mean.shape == rstd.shape == (5, 1) and mean.dtype == rstd.dtype == F64
+    for k, row in enumerate(x):
+        S = sum(Fraction(float(v)) for v in row)
+        mu = S / 300
+        var = sum((Fraction(float(v)) - mu) ** 2 for v in row) / 300
+        assert abs(Fraction(float(mean[k, 0])) - mu) <= abs(mu) * Fraction(2) ** -53
+        exact = 1 / np.sqrt(float(var + Fraction(1e-5)))
+        assert abs(rstd[k, 0] / exact - 1) < 200 * 2.0**-53
+    _, rs = lneps.rms_norm(x, eps=1e-6, return_stats=True)
+    np.testing.assert_allclose(rs[:, 0], 1 / np.sqrt((x.astype(F64) ** 2).mean(1) + 1e-6), rtol=1e-13)
+    with pytest.raises(TypeError, match="return_stats"):
+        lneps.layer_norm(x, return_stats=1)
+
+
+def test_against_pytorch_in_float64_when_it_is_installed():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(27)
+    x = rng.normal(1, 3, (4, 6, 8))
+    w, b = rng.normal(size=(6, 8)), rng.normal(size=(6, 8))
+    t = torch.from_numpy
+    np.testing.assert_allclose(lneps.layer_norm(x, w, b, axis=(-2, -1)),
+                               F.layer_norm(t(x), (6, 8), t(w), t(b), 1e-5).numpy(), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(lneps.rms_norm(x, w, axis=(-2, -1)),
+                               F.rms_norm(t(x), (6, 8), t(w)).numpy(), rtol=1e-13)
+    c = rng.normal(size=6)
+    np.testing.assert_allclose(lneps.group_norm(x, 3, c, c), F.group_norm(t(x), 3, t(c), t(c), 1e-5).numpy(),
+                               rtol=1e-13, atol=1e-13)
+    rm, rv = rng.normal(size=6), rng.uniform(0.1, 2, 6)
+    got = lneps.batch_norm(x, c, c, axis=(0, 2), training=False, running_mean=rm, running_var=rv)
+    want = F.batch_norm(t(x), t(rm), t(rv), t(c), t(c), training=False, eps=1e-5).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)

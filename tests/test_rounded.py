@@ -104,5 +104,21 @@ def test_variance_method_and_dtype_are_checked():
 def test_layer_norm_rounded_in_float64_is_the_package_layer_norm():
     x = np.random.default_rng(1).normal(size=(4, 50))
     np.testing.assert_allclose(rounded.layer_norm_rounded(x, eps=1e-5, dtype=F64), lneps.layer_norm(x), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(rounded.rms_norm_rounded(x, eps=1e-6, dtype=F64), lneps.rms_norm(x), rtol=1e-13)
+    np.testing.assert_allclose(rounded.rms_norm_rounded(x, eps=1e-6, dtype=F64), lneps.rms_norm(x, eps=1e-6), rtol=1e-13)
     assert rounded.layer_norm_rounded(x, eps=1e-5, dtype=BF16).dtype == BF16
+
+
+def test_condition_number_is_chan_golub_leveque_s_kappa():
+    k = rounded.condition_number(np.array([[999.0, 1001.0], [-1.0, 1.0], [5.0, 5.0]]))
+    np.testing.assert_allclose(k[:2], [np.sqrt(1 + 1000.0**2), 1.0], rtol=1e-15)
+    assert np.isnan(k[2])
+    # The one-pass float32 variance's relative error tracks u kappa^2 (within a few decades).
+    rng = np.random.default_rng(14)
+    for mean in (10.0, 100.0, 1000.0):
+        x = (mean + rng.normal(0, 1, (64, 256))).astype(F32)
+        _, v1 = rounded.mean_and_variance(x, dtype=F32, method="one-pass")
+        exact = x.astype(F64).var(axis=1)
+        rel = np.abs(v1[:, 0].astype(F64) - exact) / exact
+        predicted = 2.0**-24 * rounded.condition_number(x) ** 2
+        assert np.median(rel / predicted) < 10 and np.max(rel / predicted) < 300
+        assert np.median(rel / predicted) > 1e-3

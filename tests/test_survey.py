@@ -81,3 +81,28 @@ def test_fmt_ulp(v, text):
 
 def test_text_table_layout():
     assert report.text_table(["a", "bb"], [["x", 1], ["yyy", 22]]) == "a    bb\n---  --\nx     1\nyyy  22"
+
+
+def test_oracle_survey_judges_by_the_exact_answer_and_counts_exact_zeros_apart():
+    methods = {"default": lambda x: lneps.layer_norm(x), "naive": lambda x: lneps.layer_norm(x, compute_dtype=F16)}
+    res = survey.oracle_survey(methods, eps=1e-5, dtype=F16, ds=(8, 1000), rng=np.random.default_rng(15),
+                               families=("N(0,1)", "mean 6e4, sd 8", "constant"), elements=8000)
+    assert len(res) == 2 * 3 * 2
+    for (name, fam, d), a in res.items():
+        assert a.elements == (8000 // d) * d
+        if name == "default":
+            assert a.correct == 1.0 and a.worst_ulp <= 0.5 and a.zeros_missed == 0
+    assert res["default", "constant", 8].zeros == 8000 and res["default", "constant", 8].worst_ulp == 0
+    assert res["default", "mean 6e4, sd 8", 8].zeros > 0  # elements equal to their row's mean
+    assert res["naive", "mean 6e4, sd 8", 8].nonfinite > 0
+    assert res["naive", "N(0,1)", 1000].correct < 0.9
+    with pytest.raises(ValueError, match="kind"):
+        survey.oracle_survey(methods, eps=1e-5, dtype=F16, ds=(8,), rng=np.random.default_rng(0), kind="batch")
+
+
+def test_accuracy_of_a_known_answer():
+    value = np.array([1.0, 0.0, 2.0])
+    a = survey.accuracy(np.array([1.0 + 2**-10, 0.5, np.nan]), value, np.zeros(3), value, F16)
+    assert a.worst_ulp == np.inf and a.zeros == 1 and a.zeros_missed == 1 and a.nonfinite == 1
+    a = survey.accuracy(np.array([1.0 + 2**-10, 0.0, 2.0]), value, np.zeros(3), value, F16)
+    assert a.worst_ulp == 1.0 and a.correct == pytest.approx(2 / 3) and a.zeros_missed == 0

@@ -14,14 +14,14 @@ import importlib
 
 from .jacobian import *  # noqa: F403
 from .jacobian import __all__ as _jacobian_all
-from .norms import batch_norm, layer_norm, rms_norm
+from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_default_eps
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
-               "survey", "oracle", "report", "slider")
+               "survey", "oracle", "kernel", "dd", "rounding", "report", "slider")
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm", *_jacobian_all, *_softmax_all]
+__all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all, *_softmax_all]
 
 
 def __getattr__(name):

@@ -18,6 +18,7 @@ __all__ = [
     "check_real",
     "check_eps",
     "check_axis",
+    "check_axes",
     "check_affine",
     "check_float_dtype",
     "check_positive_int",
@@ -42,13 +43,22 @@ def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
     """Return ``(array, output_dtype)`` for numeric input ``x``.
 
     Floating and complex input keep their dtype for the output; integer input is computed and
-    returned in float64. Booleans, strings and objects are rejected with ``TypeError``.
+    returned in float64, and refused (``ValueError``) if it holds a magnitude beyond
+    :math:`2^{53}`, which float64 cannot hold exactly. Booleans, strings and objects are
+    rejected with ``TypeError``.
     """
     arr = np.asarray(x)
     dtype = arr.dtype
     if _is_float_dtype(dtype) or dtype.kind == "c":
         return arr, dtype
     if dtype.kind in "iu":
+        if dtype.itemsize >= 8 and arr.size:
+            big = arr[(arr > 2**53) | (arr < -(2**53))] if dtype.kind == "i" else arr[arr > 2**53]
+            if big.size:
+                raise ValueError(
+                    f"{name} holds integers beyond 2**53 (e.g. {int(big.flat[0])}), which float64 "
+                    "cannot represent exactly; convert them to floats yourself if rounding is meant"
+                )
         return arr.astype(np.float64), np.dtype(np.float64)
     raise TypeError(
         f"{name} must be numeric (integer, floating or complex); got dtype {dtype}"
@@ -108,25 +118,51 @@ def check_axis(arr: np.ndarray, axis) -> int:
     return axis
 
 
-def check_affine(param, name: str, arr: np.ndarray, axis: int) -> np.ndarray | None:
-    """Return ``param`` (gamma or beta) shaped to broadcast along ``axis``, or None.
+def check_axes(arr: np.ndarray, axis) -> tuple[int, ...]:
+    """The normalized axes as a tuple of non-negative ints, each non-empty.
 
-    A scalar applies to every feature; otherwise ``param`` must have shape ``(d,)`` where d is
-    the length of the normalized axis.
+    An int names one axis (any axis). A tuple names several, which must be the trailing axes
+    in order, as torch's multi-dimensional ``normalized_shape`` and ONNX
+    LayerNormalization's ``axis`` (to the end) do.
+    """
+    if isinstance(axis, (tuple, list)):
+        if not axis:
+            raise ValueError("axis must name at least one axis; got an empty tuple")
+        axes = tuple(check_axis(arr, a) for a in axis)
+        trailing = tuple(range(arr.ndim - len(axes), arr.ndim))
+        if axes != trailing:
+            raise ValueError(
+                f"axis as a tuple must name the trailing axes of x in order, {trailing} for "
+                f"{len(axes)} of x's {arr.ndim} axes; got {tuple(axis)}"
+            )
+        return axes
+    return (check_axis(arr, axis),)
+
+
+def check_affine(param, name: str, arr: np.ndarray, axis) -> np.ndarray | None:
+    """Return ``param`` (gamma or beta) shaped to broadcast against x along ``axis``, or None.
+
+    ``axis`` is an int or a tuple of trailing axes (:func:`check_axes`). A scalar applies to
+    every feature; otherwise ``param`` must have the shape of the normalized axes, ``(d,)``
+    for one axis of length d.
     """
     if param is None:
         return None
     p, _ = as_float_array(param, name)
-    d = arr.shape[axis]
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    feature_shape = tuple(arr.shape[a] for a in axes)
     if p.ndim == 0:
         return p
-    if p.shape != (d,):
+    if p.shape != feature_shape:
+        expected = f"({feature_shape[0]},)" if len(feature_shape) == 1 else str(feature_shape)
         raise ValueError(
-            f"{name} must be a scalar or have shape ({d},) to match the normalized axis "
-            f"of x (shape {arr.shape}, axis {axis}); got {name} of shape {p.shape}"
+            f"{name} must be a scalar or have shape {expected} to match the normalized axis "
+            f"of x (shape {arr.shape}, axis {axis if len(axes) > 1 else axes[0]}); "
+            f"got {name} of shape {p.shape}"
         )
     shape = [1] * arr.ndim
-    shape[axis] = d
+    for a, n in zip(axes, feature_shape):
+        shape[a] = n
     return p.reshape(shape)
 
 

@@ -1,7 +1,7 @@
-r"""Layer normalization, RMS normalization and batch normalization.
+r"""Layer, RMS, group and batch normalization: a correctly rounded reference.
 
-Convention (PyTorch's ``torch.nn.LayerNorm``): for the d numbers :math:`z` along the
-normalized axis,
+Convention (PyTorch's ``torch.nn.LayerNorm``, ONNX ``LayerNormalization``): for the d numbers
+:math:`z` being normalized together,
 
 .. math::
 
@@ -9,43 +9,56 @@ normalized axis,
     q = \frac1d \sum_i v_i^2 \ \text{(biased variance, divisor } d), \qquad
     \operatorname{LN}_\varepsilon(z) = \gamma \odot \frac{v}{\sqrt{q + \varepsilon}} + \beta .
 
-Each slice along the axis is normalized on its own, so a NaN or infinity in one row never
-reaches another row.
+Accuracy. By default (``compute_dtype=None``) every element of the result is the output
+format's nearest number, ties to even, to the exact real value of the formula applied to the
+given inputs: x, gamma and beta as the binary numbers they store, epsilon as the exact binary
+value of the Python float passed in, gamma and beta applied before the single rounding. This
+holds for float16, bfloat16, float32 and float64 input, every d and every finite input
+(exact cancellation and ties included), without spurious overflow or underflow
+(:mod:`lneps.kernel` says how, and :mod:`lneps.oracle` checks it). Integer input is computed
+and returned in float64 (beyond :math:`2^{53}` it is refused); other floating formats are
+computed as float64 and cast once; complex input (for complex-step derivatives) uses the
+plain two-pass formula in complex128, with :math:`\sigma^2 = \operatorname{mean}(v^2)`.
 
-Precision. By default the statistics and the normalization are computed two-pass in float64
-(at least) and rounded once to the output dtype, so a float16, bfloat16 or float32 result is
-within one unit in the last place of the exact answer. ``compute_dtype=np.float16`` (or
-``ml_dtypes.bfloat16``, ``np.float32``) instead rounds every operation to that format,
-epsilon included: the naive low-precision layer that chapter 5 takes apart
-(:mod:`lneps.precision`).
+``compute_dtype=np.float16`` (``ml_dtypes.bfloat16``, ``np.float32``, ...) instead rounds
+every operation to that format, epsilon, gamma and beta included: the naive low-precision
+layer (:mod:`lneps.rounded`).
+
+Each slice is normalized on its own: a NaN or infinity in one row never reaches another row
+(a row holding one follows the plain float64 formula: NaN, or 0 where the variance is inf).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
-from .rounded import layer_norm_rounded, rms_norm_rounded
+from . import kernel
+from ._checks import (
+    as_float_array,
+    as_real_float_array,
+    check_affine,
+    check_axes,
+    check_axis,
+    check_eps,
+    check_float_dtype,
+    check_positive_int,
+)
+from .rounded import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
 
-__all__ = ["layer_norm", "rms_norm", "batch_norm"]
+__all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps"]
+
+_EXACT = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _working_dtype(dtype: np.dtype) -> np.dtype:
-    # float64 (complex128 for complex input) at least: the statistics of float16, bfloat16
-    # and float32 input are then exact to far below their output ulp.
-    return np.result_type(dtype, np.float64)
-
-
-def _normalized_core(x: np.ndarray, eps: float, axis: int) -> np.ndarray:
-    """:math:`u_\\varepsilon = v / \\sqrt{q + \\varepsilon}` along ``axis`` (two-pass moments)."""
-    mu = x.mean(axis=axis, keepdims=True)
-    v = x - mu
-    # v * v rather than |v|**2 keeps the core analytic in x, which complex-step
-    # differentiation relies on; for real x the two are the same.
-    q = (v * v).mean(axis=axis, keepdims=True)
-    # eps = 0 on a constant row is 0/0 = NaN by design (Ba et al.'s unstabilized formula).
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return v / np.sqrt(q + eps)
+def rms_norm_default_eps(dtype) -> float:
+    """The epsilon ``torch.nn.RMSNorm(eps=None)`` uses for input of ``dtype``: the machine
+    epsilon of the computation type, float32's (:math:`2^{-23}`) for float16, bfloat16 and
+    float32 input, float64's (:math:`2^{-52}`) for float64 (and for integers, which lneps
+    computes in float64)."""
+    dt = np.dtype(dtype)
+    wide = dt.kind in "iu" or dt in (np.dtype(np.float64), np.dtype(np.complex128))
+    return float(np.finfo(np.float64 if wide else np.float32).eps)
 
 
 def _compute_dtype(compute_dtype, arr: np.ndarray):
@@ -58,85 +71,263 @@ def _compute_dtype(compute_dtype, arr: np.ndarray):
     return dt
 
 
-def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=None):
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
+
+
+def _to_rows(arr: np.ndarray, axes: tuple[int, ...]):
+    """Move ``axes`` to the end and flatten: ``(rows, d)``, and how to undo it."""
+    moved = np.moveaxis(arr, axes, tuple(range(arr.ndim - len(axes), arr.ndim)))
+    d = int(np.prod([arr.shape[a] for a in axes]))
+    rows = moved.reshape(-1, d)
+
+    def back(y2, keep=False):
+        y = y2.reshape(moved.shape[: arr.ndim - len(axes)] + ((1,) * len(axes) if keep else moved.shape[arr.ndim - len(axes):]))
+        return np.moveaxis(y, tuple(range(arr.ndim - len(axes), arr.ndim)), axes)
+
+    return rows, back
+
+
+def _row_param(p, arr, axes):
+    """gamma/beta (shaped by check_affine) as float64 broadcasting against (rows, d)."""
+    if p is None:
+        return None
+    if p.ndim == 0:
+        return np.asarray(p, dtype=np.float64)
+    return np.moveaxis(p, axes, tuple(range(arr.ndim - len(axes), arr.ndim))).reshape(1, -1).astype(np.float64)
+
+
+def _plain_core(x, eps, axes, centre=True):
+    """Two-pass float64/complex128 formula: (v, 1/sqrt(q + eps), mean) along ``axes``."""
+    mu = x.mean(axis=axes, keepdims=True) if centre else None
+    v = x - mu if centre else x
+    # v * v rather than |v|**2 keeps the core analytic in x (complex-step differentiation).
+    q = (v * v).mean(axis=axes, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = 1 / np.sqrt(q + eps)
+    return v, r, mu
+
+
+def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=None, return_stats=False):
     r"""Layer normalization :math:`\gamma \odot (z - \mu)/\sqrt{\sigma^2 + \varepsilon} + \beta`.
 
     Parameters
     ----------
     x : array_like
-        Any shape. Integer input is computed and returned in float64; floating and complex
-        input keep their dtype (complex input uses the analytic continuation
-        :math:`\sigma^2 = \operatorname{mean}(v^2)`, not :math:`|v|^2`).
+        Any shape. Floating input keeps its dtype; integer input is computed and returned in
+        float64 (magnitudes beyond :math:`2^{53}` are refused); complex input keeps its dtype
+        and uses the analytic continuation :math:`\sigma^2 = \operatorname{mean}(v^2)`.
     gamma, beta : array_like, optional
-        Gain and bias, a scalar or shape ``(d,)`` for the d numbers along ``axis``.
+        Gain and bias: a scalar, or the shape of the normalized axes (``(d,)`` for one axis).
         Default :math:`\gamma = 1`, :math:`\beta = 0`.
     eps : float
         :math:`\varepsilon \ge 0`, added to the biased variance inside the square root.
         ``eps=0`` is allowed: a constant slice then gives NaN (that slice only).
-    axis : int
-        The axis whose d numbers form one token.
+    axis : int or tuple of int
+        The axis whose numbers form one token, or a tuple of trailing axes normalized together
+        (torch's multi-dimensional ``normalized_shape``; ONNX ``axis=a`` is
+        ``tuple(range(a, x.ndim))``).
     compute_dtype : dtype, optional
-        ``None`` (default): two-pass statistics in float64 (at least), one rounding to the
-        output dtype at the end, within 1 ulp of the exact result. A real floating dtype
-        (``np.float16``, ``ml_dtypes.bfloat16``, ``np.float32``, ...): every operation rounded
-        to it, epsilon, gamma and beta included (:func:`lneps.precision.layer_norm_rounded`).
-        Either way the output has the input's dtype.
+        ``None`` (default): correctly rounded (see the module docstring): each element is the
+        nearest number of x's format to the exact result. A real floating dtype: every
+        operation rounded to it, epsilon, gamma and beta included
+        (:func:`lneps.rounded.layer_norm_rounded`). Either way the output has x's dtype.
+    return_stats : bool
+        Also return ``mean`` and ``rstd`` :math:`= 1/\sqrt{\sigma^2+\varepsilon}`, shaped like x
+        with the normalized axes kept as length 1 (as ONNX's ``Mean`` and ``InvStdDev``). With
+        the default path they are float64: the mean within one float64 ulp of the exact mean,
+        rstd within :math:`(d+3)/2 + 2` float64 ulp; with a ``compute_dtype``, that dtype's
+        own rounded values.
+
+    Returns
+    -------
+    y, or ``(y, mean, rstd)`` with ``return_stats=True``.
     """
     arr, out_dtype = as_float_array(x)
-    axis = check_axis(arr, axis)
+    axes = check_axes(arr, axis)
     eps = check_eps(eps)
-    g = check_affine(gamma, "gamma", arr, axis)
-    b = check_affine(beta, "beta", arr, axis)
+    g = check_affine(gamma, "gamma", arr, axes)
+    b = check_affine(beta, "beta", arr, axes)
     dt = _compute_dtype(compute_dtype, arr)
-    if dt is None:
-        y = _normalized_core(arr.astype(_working_dtype(arr.dtype)), eps, axis)
-    else:
-        y = layer_norm_rounded(arr, eps=eps, dtype=dt, axis=axis)
-        g = None if g is None else g.astype(dt)
-        b = None if b is None else b.astype(dt)
-    if g is not None:
-        y = y * g
-    if b is not None:
-        y = y + b
-    return y.astype(out_dtype, copy=False)
+    stats = _check_flag(return_stats, "return_stats")
+    if dt is not None:
+        rows, back = _to_rows(arr.astype(dt), axes)
+        y2 = layer_norm_rounded(rows, eps=eps, dtype=dt, axis=-1)
+        y = back(y2)
+        if g is not None:
+            y = y * g.astype(dt)
+        if b is not None:
+            y = y + b.astype(dt)
+        out = y.astype(out_dtype, copy=False)
+        if not stats:
+            return out
+        mu, var = mean_and_variance(rows, dtype=dt, axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rstd = 1 / np.sqrt(var + np.asarray(eps).astype(dt))
+        return out, back(mu, keep=True), back(rstd.astype(dt), keep=True)
+    if arr.dtype.kind == "c":
+        work = arr.astype(np.result_type(arr.dtype, np.complex128))
+        v, r, mu = _plain_core(work, eps, axes)
+        y = v * r
+        y = y if g is None else y * g
+        y = y if b is None else y + b
+        return (y.astype(out_dtype, copy=False), mu, r) if stats else y.astype(out_dtype, copy=False)
+    exact = arr.dtype in _EXACT
+    rows, back = _to_rows(arr if exact else arr.astype(np.float64), axes)
+    y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=_row_param(g, arr, axes),
+                                      beta=_row_param(b, arr, axes))
+    y = back(y2).astype(out_dtype, copy=False)
+    if not stats:
+        return y
+    return y, back(mean[:, None], keep=True), back(rstd[:, None], keep=True)
 
 
-def rms_norm(x, gamma=None, *, eps=1e-6, axis=-1, compute_dtype=None):
+def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_stats=False):
     r"""RMS normalization :math:`\gamma \odot z / \sqrt{\operatorname{mean}(z^2) + \varepsilon}`.
 
-    No mean is subtracted and there is no bias. Same dtype rules, checks and
-    ``compute_dtype`` as :func:`layer_norm`; the default ``eps=1e-6`` is that of Hugging
-    Face's ``LlamaConfig``.
+    No mean is subtracted and there is no bias. ``eps=None`` (the default) follows
+    ``torch.nn.RMSNorm``: the machine epsilon of the computation type
+    (:func:`rms_norm_default_eps`: float32's for float16, bfloat16 and float32 input,
+    float64's for float64). Same dtypes, accuracy guarantee, ``axis`` and ``compute_dtype``
+    as :func:`layer_norm`; ``return_stats=True`` also returns ``rstd``
+    :math:`= 1/\sqrt{\operatorname{mean}(z^2)+\varepsilon}` (float64 on the default path).
     """
     arr, out_dtype = as_float_array(x)
-    axis = check_axis(arr, axis)
-    eps = check_eps(eps)
-    g = check_affine(gamma, "gamma", arr, axis)
+    axes = check_axes(arr, axis)
+    eps = rms_norm_default_eps(arr.dtype) if eps is None else check_eps(eps)
+    g = check_affine(gamma, "gamma", arr, axes)
     dt = _compute_dtype(compute_dtype, arr)
-    if dt is None:
-        xw = arr.astype(_working_dtype(arr.dtype))
-        ms = (xw * xw).mean(axis=axis, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            y = xw / np.sqrt(ms + eps)
-    else:
-        y = rms_norm_rounded(arr, eps=eps, dtype=dt, axis=axis)
-        g = None if g is None else g.astype(dt)
-    if g is not None:
-        y = y * g
-    return y.astype(out_dtype, copy=False)
+    stats = _check_flag(return_stats, "return_stats")
+    if dt is not None:
+        rows, back = _to_rows(arr.astype(dt), axes)
+        y = back(rms_norm_rounded(rows, eps=eps, dtype=dt, axis=-1))
+        if g is not None:
+            y = y * g.astype(dt)
+        out = y.astype(out_dtype, copy=False)
+        if not stats:
+            return out
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rstd = 1 / np.sqrt(mean_square(rows, dtype=dt) + np.asarray(eps).astype(dt))
+        return out, back(rstd, keep=True)
+    if arr.dtype.kind == "c":
+        work = arr.astype(np.result_type(arr.dtype, np.complex128))
+        v, r, _ = _plain_core(work, eps, axes, centre=False)
+        y = v * r if g is None else v * r * g
+        return (y.astype(out_dtype, copy=False), r) if stats else y.astype(out_dtype, copy=False)
+    exact = arr.dtype in _EXACT
+    rows, back = _to_rows(arr if exact else arr.astype(np.float64), axes)
+    y2, _, rstd = kernel.normalize(rows, kind="rms", eps=eps, gamma=_row_param(g, arr, axes))
+    y = back(y2).astype(out_dtype, copy=False)
+    return (y, back(rstd[:, None], keep=True)) if stats else y
 
 
-def batch_norm(x, *, eps=1e-5, axis=0):
-    r"""Batch normalization statistics: each feature normalized across the tokens on ``axis``.
+def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=False):
+    r"""Group normalization (``torch.nn.functional.group_norm``, ONNX ``GroupNormalization``).
 
-    For a ``(tokens, features)`` table this normalizes columns, where :func:`layer_norm`
-    normalizes rows: :math:`(x_{tj} - \mu_j)/\sqrt{\sigma_j^2 + \varepsilon}` with
-    :math:`\mu_j, \sigma_j^2` the biased mean and variance of column j. So one token's output
-    depends on every other token in the batch. (Training-mode statistics; no running
-    averages, gain or bias.)
+    ``x`` has shape ``(N, C, *)``; its C channels split into ``num_groups`` groups of
+    consecutive channels, and each (sample, group) slice, its channels and every spatial
+    position, is normalized as one row: :math:`(z-\mu)/\sqrt{\sigma^2+\varepsilon}` with the
+    biased variance. ``gamma`` and ``beta`` are per channel (a scalar or shape ``(C,)``).
+    ``num_groups = C`` is instance normalization; ``num_groups = 1`` is layer norm over
+    ``(C, *)``. Correctly rounded as :func:`layer_norm`. ``return_stats=True`` also returns
+    float64 ``mean`` and ``rstd`` of shape ``(N, num_groups)``.
     """
     arr, out_dtype = as_float_array(x)
-    axis = check_axis(arr, axis)
+    if arr.dtype.kind == "c":
+        raise TypeError(f"x must be real; got complex dtype {arr.dtype}")
+    if arr.ndim < 2:
+        raise ValueError(f"x must have shape (N, C, ...) with at least 2 axes; got shape {arr.shape}")
+    G = check_positive_int(num_groups, "num_groups")
+    N, C = arr.shape[:2]
+    if C % G:
+        raise ValueError(f"num_groups must divide the number of channels C = {C}; got {G}")
     eps = check_eps(eps)
-    y = _normalized_core(arr.astype(_working_dtype(arr.dtype)), eps, axis)
-    return y.astype(out_dtype, copy=False)
+    stats = _check_flag(return_stats, "return_stats")
+    if arr.size == 0:
+        raise ValueError(f"x must hold numbers in every group; got shape {arr.shape}")
+    channel = (1, C) + (1,) * (arr.ndim - 2)
+    params = []
+    for p, name in ((gamma, "gamma"), (beta, "beta")):
+        if p is None:
+            params.append(None)
+            continue
+        q, _ = as_float_array(p, name)
+        if q.ndim and q.shape != (C,):
+            raise ValueError(f"{name} must be a scalar or have shape ({C},), one per channel; got shape {q.shape}")
+        full = np.broadcast_to(q.astype(np.float64).reshape(channel if q.ndim else ()), arr.shape)
+        params.append(full.reshape(N * G, -1))
+    rows = (arr if arr.dtype in _EXACT else arr.astype(np.float64)).reshape(N * G, -1)
+    y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=params[0], beta=params[1])
+    y = y2.reshape(arr.shape).astype(out_dtype, copy=False)
+    return (y, mean.reshape(N, G), rstd.reshape(N, G)) if stats else y
+
+
+def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
+               running_mean=None, running_var=None, return_stats=False):
+    r"""Batch normalization: each feature normalized across the examples on ``axis``.
+
+    ``axis`` (an int or a tuple) names the axes reduced over: ``0`` for a ``(tokens,
+    features)`` table, ``(0, 2)`` for torch's ``(N, C, L)``. The remaining axes are the
+    features; ``gamma``, ``beta``, ``running_mean`` and ``running_var`` are a scalar or have
+    the features' shape.
+
+    * ``training=True``: the batch's own biased mean and variance per feature, so one token's
+      output depends on every other token in the batch:
+      :math:`\gamma_j (x_{tj} - \mu_j)/\sqrt{\sigma_j^2 + \varepsilon} + \beta_j`.
+    * ``training=False``: the stored statistics (``running_mean`` and ``running_var``,
+      both required), as a network uses them after training:
+      :math:`\gamma_j (x_{tj} - m_j)/\sqrt{v_j + \varepsilon} + \beta_j`; here ε meets a
+      stored, possibly tiny variance. No statistic of the batch is used.
+
+    Correctly rounded as :func:`layer_norm`, both ways (real input). ``return_stats=True``
+    also returns float64 ``mean`` and ``rstd``, shaped like x with the reduced axes kept.
+    """
+    arr, out_dtype = as_float_array(x)
+    if arr.dtype.kind == "c":
+        raise TypeError(f"x must be real; got complex dtype {arr.dtype}")
+    if isinstance(axis, (tuple, list)):
+        if not axis:
+            raise ValueError("axis must name at least one axis; got an empty tuple")
+        axes = tuple(sorted({check_axis(arr, a) for a in axis}))
+    else:
+        axes = check_axes(arr, axis)
+    eps = check_eps(eps)
+    training = _check_flag(training, "training")
+    stats = _check_flag(return_stats, "return_stats")
+    features = tuple(a for a in range(arr.ndim) if a not in axes)
+    fshape = tuple(arr.shape[a] for a in features)
+    # Put the features first and the reduced axes last: one row per feature.
+    order = features + axes
+    moved = np.transpose(arr if arr.dtype in _EXACT else arr.astype(np.float64), order)
+    nrows = int(np.prod(fshape)) if fshape else 1
+    rows = moved.reshape(nrows, -1)
+
+    def per_row(p, name):
+        if p is None:
+            return None
+        q, _ = as_float_array(p, name)
+        if q.ndim and q.shape != fshape:
+            raise ValueError(f"{name} must be a scalar or have the features' shape {fshape}; got shape {q.shape}")
+        return np.broadcast_to(q.astype(np.float64), fshape).reshape(nrows, 1)
+
+    g, b = per_row(gamma, "gamma"), per_row(beta, "beta")
+    if training:
+        if running_mean is not None or running_var is not None:
+            raise ValueError("running_mean and running_var are used only with training=False")
+        y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=g, beta=b)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("training=False needs running_mean and running_var")
+        m, v = per_row(running_mean, "running_mean"), per_row(running_var, "running_var")
+        if np.any(v < 0):
+            raise ValueError("running_var must be >= 0: a variance cannot be negative")
+        y2, rstd = kernel.normalize_with(rows, m, v, eps=eps, gamma=g, beta=b)
+        mean = m[:, 0]
+    inverse = np.argsort(order)
+    y = np.transpose(y2.reshape(moved.shape), inverse).astype(out_dtype, copy=False)
+    if not stats:
+        return y
+    kept = tuple(1 if a in axes else arr.shape[a] for a in range(arr.ndim))
+    return y, np.asarray(mean, dtype=np.float64).reshape(kept), np.asarray(rstd, dtype=np.float64).reshape(kept)

@@ -22,6 +22,8 @@ __all__ = [
     "mean_and_variance",
     "layer_norm_rounded",
     "rms_norm_rounded",
+    "mean_square",
+    "condition_number",
 ]
 
 
@@ -120,14 +122,43 @@ def layer_norm_rounded(x, *, eps, dtype, method: str = "two-pass", axis: int = -
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return (xd - mu) / np.sqrt(var + eps_d)
 
+def mean_square(x, *, dtype, axis: int = -1) -> np.ndarray:
+    r""":math:`\frac1d\sum_i x_i^2` along ``axis`` (kept), every operation rounded to ``dtype``:
+    the squares, the pairwise sum (:func:`rounded_sum`) and the division by d."""
+    dt = check_float_dtype(dtype)
+    xd = as_real_float_array(x, "x").astype(dt)
+    axis = check_axis(xd, axis)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
+
+
 def rms_norm_rounded(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
     r"""RMS norm :math:`x/\sqrt{\frac1d\sum x_i^2+\varepsilon}` with every operation in ``dtype``.
 
-    ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Returns ``dtype``."""
+    ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Epsilon is stored in
+    ``dtype`` first. Returns ``dtype``."""
     dt = check_float_dtype(dtype)
     eps_d = np.asarray(check_eps(eps)).astype(dt)
     xd = as_real_float_array(x, "x").astype(dt)
-    axis = check_axis(xd, axis)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        mean_sq = _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
-        return xd / np.sqrt(mean_sq + eps_d)
+        return xd / np.sqrt(mean_square(xd, dtype=dt, axis=axis) + eps_d)
+
+
+def condition_number(x, axis: int = -1) -> np.ndarray:
+    r"""Chan, Golub and LeVeque's condition number of the variance along ``axis``:
+    :math:`\kappa = \sqrt{1 + \mu^2/\sigma^2}` (about :math:`|\mu|/\sigma` for rows far from 0).
+
+    Their analysis: in a format with unit roundoff u, the one-pass
+    :math:`\frac1d\sum x_i^2 - \mu^2` has relative error of order :math:`u\kappa^2`
+    (both terms are about :math:`\kappa^2\sigma^2`, and their difference is
+    :math:`\sigma^2`), while the two-pass formula's is of order :math:`u + (u\kappa)^2` times
+    small multiples of d. Computed in float64 from the stored values; NaN where
+    :math:`\sigma = 0`.
+    """
+    arr = as_real_float_array(x, "x").astype(np.float64)
+    axis = check_axis(arr, axis)
+    mu = arr.mean(axis=axis)
+    var = arr.var(axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, np.sqrt(1 + mu * mu / var), np.nan)
+

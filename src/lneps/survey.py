@@ -1,21 +1,30 @@
-r"""The families of rows that break low-precision layer norms, and surveys of worst errors.
+r"""The families of rows that break low-precision layer norms, and surveys of their errors.
 
 A survey draws rows from each family at each row length d, stores them in a format, and
-measures every method's worst error in ulp (:mod:`lneps.ulp`) against a reference.
+measures every method's error in ulp (:mod:`lneps.ulp`). :func:`worst_ulp_survey` compares
+with a reference the caller supplies; :func:`oracle_survey` with the exact oracle
+(:mod:`lneps.oracle`): the error against the exact real value, whether each output is the
+correctly rounded one, and the elements whose exact value is 0, counted apart (their ulp is
+the smallest subnormal, so any other answer would count as about 1e37 ulp).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from ._checks import check_float_dtype, check_positive_int
-from .ulp import worst_ulp_error
+from .ulp import ulp, worst_ulp_error
 
 __all__ = [
     "FAMILIES",
     "family_rows",
     "worst_ulp_survey",
     "worst_over_d",
+    "Accuracy",
+    "accuracy",
+    "oracle_survey",
 ]
 
 
@@ -85,3 +94,75 @@ def worst_over_d(survey: dict, method: str, family: str) -> float:
     if not values:
         raise KeyError(f"no entry for method {method!r} and family {family!r} in the survey")
     return max(values)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    r"""One method's accuracy on a set of elements, judged by the exact oracle.
+
+    ``worst_ulp`` is the largest :math:`|y - r|/\operatorname{ulp}(r)` over the elements whose
+    exact value r is not 0 (``inf`` if one of them came out NaN or inf); ``correct`` the
+    share of all elements equal to the correctly rounded value; ``zeros`` the number of
+    elements whose exact value is 0, and ``zeros_missed`` how many of those came out nonzero;
+    ``nonfinite`` the NaN and inf outputs; ``elements`` the count.
+    """
+
+    worst_ulp: float
+    correct: float
+    zeros: int
+    zeros_missed: int
+    nonfinite: int
+    elements: int
+
+
+def accuracy(result, value, bound, rounded, dtype) -> Accuracy:
+    """:class:`Accuracy` of ``result`` from the oracle's float64 ``value`` of the exact answer,
+    its error ``bound`` and the correctly rounded answer ``rounded`` (all the same shape)."""
+    res = np.asarray(result).astype(np.float64)
+    value, bound, rounded = (np.asarray(a, dtype=np.float64) for a in (value, bound, rounded))
+    exact_zero = (value == 0) & (bound <= 2.0**-1070)
+    finite = np.isfinite(res)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(finite, np.abs(res - value) / ulp(value, dtype), np.inf)
+    err = err[~exact_zero]
+    same = (res == rounded) | (np.isnan(res) & np.isnan(rounded))
+    return Accuracy(
+        worst_ulp=float(err.max()) if err.size else 0.0,
+        correct=float(same.mean()),
+        zeros=int(exact_zero.sum()),
+        zeros_missed=int((exact_zero & (res != 0)).sum()),
+        nonfinite=int((~finite).sum()),
+        elements=int(res.size),
+    )
+
+
+def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", families=tuple(FAMILIES),
+                  elements: int = 8192) -> dict:
+    """Every method's :class:`Accuracy` on each family at each row length d, against the exact
+    oracle (:func:`lneps.oracle.layer_norm` or, with ``kind="rms"``, ``rms_norm``).
+
+    For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
+    ``dtype``); ``methods[name](x)`` must return the normalized rows. Returns
+    ``{(name, family, d): Accuracy}``.
+    """
+    from . import oracle  # the oracle is slow to import for nothing else
+
+    if kind not in ("layer", "rms"):
+        raise ValueError(f"kind must be 'layer' or 'rms'; got {kind!r}")
+    if not isinstance(methods, dict) or not methods:
+        raise TypeError(f"methods must be a non-empty dict of name: function; got {methods!r}")
+    dt = check_float_dtype(dtype)
+    _check_rng(rng)
+    ds = [check_positive_int(d, "each d in ds") for d in ds]
+    value_of = oracle.layer_norm_value if kind == "layer" else oracle.rms_norm_value
+    rounded_of = oracle.layer_norm if kind == "layer" else oracle.rms_norm
+    out = {}
+    for family in families:
+        for d in ds:
+            x = family_rows(family, rng, max(check_positive_int(elements, "elements") // d, 1), d, dt)
+            value, bound = value_of(x, eps=eps)
+            rounded = rounded_of(x, eps=eps, dtype=dt)
+            for name, method in methods.items():
+                out[name, family, d] = accuracy(method(x), value, bound, rounded, dt)
+    return out
+

@@ -1,0 +1,233 @@
+"""The default path of layer_norm and rms_norm against the exact oracle: every element the
+format's nearest number to the exact value, on hard families and seeds of their own (not the
+book's), with near-midpoint cases built on purpose and the issue's reproducers."""
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lneps
+from lneps import kernel, oracle
+
+F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
+LOW = [F16, BF16, F32]
+DS = (3, 100, 768, 1000, 4095)
+ELEMENTS = 1 << 15  # per family, format and d: 7 families x 5 d x 3 formats x 32768 = 3.4 M
+
+
+def same(a, b):
+    a, b = np.asarray(a, dtype=F64), np.asarray(b, dtype=F64)
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def assert_correctly_rounded(x, gamma=None, beta=None, eps=1e-5, kind="layer"):
+    if kind == "layer":
+        got = lneps.layer_norm(x, gamma, beta, eps=eps)
+        want = oracle.layer_norm(x, gamma, beta, eps=eps)
+    else:
+        got = lneps.rms_norm(x, gamma, eps=eps)
+        want = oracle.rms_norm(x, gamma, eps=eps)
+    bad = ~same(got, want)
+    assert not bad.any(), f"{bad.sum()} misrounded, first at {np.argwhere(bad)[0]}: {got[bad][:3]} vs {want[bad][:3]}"
+    return got.size
+
+
+def family(name, rng, n, d, dt):
+    big = 6e4 if dt != F16 else 3e4  # rows of 6e4 + N(0, 3) in float16 sit next to its limit
+    if name == "offset 1000":
+        x = 1000 + rng.normal(0, 0.5, (n, d))
+    elif name == "offset 6e4":
+        x = big + rng.normal(0, 3, (n, d))
+    elif name == "tiny spread":
+        x = 1 + rng.normal(0, 1e-5, (n, d))
+    elif name == "wide range":
+        top = 20 if dt != F16 else 4
+        x = rng.choice([-1, 1], (n, d)) * 10.0 ** rng.uniform(-top, top, (n, d))
+    elif name == "two values":
+        x = np.where(rng.random((n, d)) < 0.5, 3.0, 7.0) + rng.integers(0, 2, (n, 1))
+    elif name == "integers":
+        x = rng.integers(-100, 100, (n, d)).astype(F64)
+    elif name == "student-t":
+        x = rng.standard_t(2, (n, d))
+    else:
+        raise KeyError(name)
+    return x.astype(dt)
+
+
+FAMILIES = ["offset 1000", "offset 6e4", "tiny spread", "wide range", "two values", "integers", "student-t"]
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: np.dtype(d).name)
+def test_every_family_and_d_is_correctly_rounded(dt):
+    rng = np.random.default_rng(31337)
+    screened = 0
+    for name in FAMILIES:
+        for d in DS:
+            screened += assert_correctly_rounded(family(name, rng, max(ELEMENTS // d, 1), d, dt))
+    assert screened > 1_100_000
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: np.dtype(d).name)
+def test_gamma_beta_and_rms_norm_are_correctly_rounded(dt):
+    rng = np.random.default_rng(4242)
+    for d in (3, 768, 1000):
+        x = family("student-t", rng, 20000 // d + 1, d, dt)
+        g, b = rng.normal(1, 0.5, d).astype(dt), rng.normal(0, 0.5, d).astype(dt)
+        assert_correctly_rounded(x, g, b)
+        assert_correctly_rounded(x, g.astype(F64) * 1.1, None)
+        assert_correctly_rounded(x, g, kind="rms", eps=1e-6)
+        assert_correctly_rounded(family("offset 1000", rng, 20000 // d + 1, d, dt), g, kind="rms", eps=1e-6)
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: np.dtype(d).name)
+def test_a_beta_that_cancels_gamma_u(dt):
+    # beta = -round(u): y = u - round(u), tiny, where float64 arithmetic cancels catastrophically.
+    rng = np.random.default_rng(77)
+    for d in (3, 100, 1000):
+        x = family("offset 1000", rng, 3000 // d + 1, d, dt)
+        u = oracle.layer_norm(x, eps=1e-5)  # u rounded to the format, exactly
+        for row in range(x.shape[0]):
+            assert_correctly_rounded(x[row], 1.0, -u[row].astype(F32).astype(F64))
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: np.dtype(d).name)
+def test_values_put_within_a_hair_of_a_rounding_boundary(dt):
+    # beta = m - gamma * u_estimate puts the exact value within ~1e-16 (relative) of the
+    # midpoint m between two neighbouring numbers: only an exact decision gets these right.
+    rng = np.random.default_rng(2718)
+    fmt = oracle.format_of(dt)
+    counts = {}
+    for d in (3, 100, 1000):
+        x = family("student-t", rng, 2000 // d + 1, d, dt)
+        est, _ = oracle.layer_norm_value(x, eps=1e-5)
+        r = oracle.round_float64(est, dt)
+        _, ex = np.frexp(np.abs(r))
+        ex = np.where(r == 0, fmt.emin + 1, ex)  # frexp(0) says 0: zero's neighbours are subnormal
+        spacing = np.ldexp(1.0, np.maximum(ex - 1, fmt.emin) - fmt.p + 1)
+        mid = r + np.where(rng.random(r.shape) < 0.5, 0.5, -0.5) * spacing
+        beta = (mid - est)[0]  # one row's offsets as beta, for every row of this d
+        rows = x[:1]
+        got = lneps.layer_norm(rows, beta=beta, eps=1e-5)
+        want = oracle.layer_norm(rows, beta=beta, eps=1e-5)
+        assert same(got, want).all()
+        kernel.normalize(rows, kind="layer", eps=1e-5, beta=beta[None, :], counts=counts)
+    assert counts["double_double_rows"] > 0  # the boundary cases really left tier A
+
+
+def test_exact_ties_go_to_even():
+    # [-1, 1] with eps 0 normalizes to exactly [-1, 1]; beta on a midpoint makes an exact tie.
+    x = np.array([-1.0, 1.0], dtype=BF16)
+    got = lneps.layer_norm(x, beta=np.array([-2.0**-8, 2.0**-8]), eps=0.0)  # 1 + 2^-8: tie
+    assert list(got.astype(F64)) == [-1.0, 1.0]
+    got = lneps.layer_norm(x, beta=np.array([-3 * 2.0**-8, 3 * 2.0**-8]), eps=0.0)  # odd below
+    assert list(got.astype(F64)) == [-1.015625, 1.015625]
+    counts = {}
+    kernel.normalize(x[None, :], kind="layer", eps=0.0, beta=np.array([[2.0**-8, 2.0**-8]]), counts=counts)
+    assert counts["exact_elements"] > 0  # settled exactly, as an exact tie must be
+
+
+def test_the_issues_reproducers():
+    x = np.array([-0.041259765625, 2.171875, 1.765625], dtype=BF16)
+    assert float(lneps.layer_norm(x)[2]) == 0.486328125
+    assert float(lneps.rms_norm(x, eps=1e-6)[1]) == oracle.rms_norm_exact(x, eps=1e-6)[1]
+    assert float(lneps.layer_norm(np.array([-1, 1], dtype=BF16), beta=2**-8 + 2**-30, eps=0)[1]) == 1.0078125
+    y = lneps.layer_norm(np.float32([59988.21484375, 60000.0, 60011.7890625]))
+    assert y[1] == np.float32(-1.3529354e-4)
+    wide = np.float32([1e20, 1, -1e20, 3, 5, 7, 2, 4])
+    assert same(lneps.layer_norm(wide), oracle.layer_norm_exact(wide, eps=1e-5)).all()
+
+
+def test_rows_where_float64_statistics_misround():
+    # Rows of 6e4 + N(0, 8) at d = 1000: two-pass float64 statistics rounded once to float32
+    # misround elements next to the row mean; the default does not.
+    x = (6e4 + np.random.default_rng(1000).normal(0, 8, (256, 1000))).astype(F32)
+    assert_correctly_rounded(x)
+    x64 = x.astype(F64)
+    naive = ((x64 - x64.mean(axis=1, keepdims=True)) / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-5)).astype(F32)
+    assert (~same(naive, oracle.layer_norm(x, eps=1e-5))).sum() > 0
+
+
+def test_float64_input_is_correctly_rounded_without_spurious_overflow_or_underflow():
+    cases = [np.array([[1e200, 2e200, 3e200]]), np.array([[5e-324, 1e-323, 1.5e-323]]),
+             np.array([[1e-300, 3e-300, -2e-300, 7e-301]]), np.array([[1.0, 1 + 2.0**-52, 1 - 2.0**-53]]),
+             np.random.default_rng(64).normal(0, 1, (20, 33)), np.full((2, 5), 1e300)]
+    for x in cases:
+        for eps in (1e-5, 0.0):
+            got = lneps.layer_norm(x, eps=eps)
+            assert same(got, oracle.layer_norm_exact(x, eps=eps)).all(), (x, eps)
+            if not (eps == 0 and np.all(x == x[:, :1])):
+                assert np.all(np.isfinite(got))
+    assert np.all(np.isfinite(lneps.layer_norm([[1e200, 2e200, 3e200]])))
+    got = lneps.rms_norm(np.array([1e200, 2e200]), eps=1e-6)
+    assert same(got, oracle.rms_norm_exact(np.array([1e200, 2e200]), eps=1e-6)).all()
+    assert got[1] > 1.2  # not the old 0
+    got = lneps.layer_norm(np.array([5e-324, 1e-323, 1.5e-323]), eps=0.0)
+    assert np.all(np.isfinite(got)) and got[0] < 0 < got[2]
+
+
+def test_int64_beyond_2_53_is_refused_and_below_it_is_exact():
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        lneps.layer_norm(np.array([2**53 + 1, 2**53, 2**53 + 1]))
+    x = np.array([2**53, 2**53 - 2, 2**53 - 1])
+    assert same(lneps.layer_norm(x), oracle.layer_norm_exact(x.astype(F64), eps=1e-5)).all()
+
+
+def test_non_finite_rows_stay_in_their_row():
+    x = np.ones((3, 6), dtype=F32) * np.arange(6, dtype=F32)
+    x[1, 2] = np.nan
+    x[2, 0] = np.inf
+    y = lneps.layer_norm(x)
+    assert np.all(np.isnan(y[1])) and same(y[0], oracle.layer_norm_exact(x[0], eps=1e-5)).all()
+    assert not np.isfinite(y[2]).all()
+
+
+def test_every_tier_is_exercised_and_the_benchmark_input_rarely_leaves_tier_a():
+    counts = {}
+    x = np.random.default_rng(5).normal(size=(256, 4096)).astype(F32)
+    kernel.normalize(x, kind="layer", eps=1e-5, counts=counts)
+    assert counts["double_double_rows"] / counts["rows"] < 0.25
+    assert counts["exact_elements"] <= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(LOW), st.lists(st.floats(-6e4, 6e4, allow_subnormal=True), min_size=1, max_size=12),
+       st.floats(0, 1), st.floats(-4, 4), st.floats(-2, 2))
+def test_hypothesis_rows_gains_and_biases(dt, values, eps, gamma, beta):
+    x = np.array(values, dtype=F64).astype(dt)
+    got = lneps.layer_norm(x, gamma, beta, eps=eps)
+    want = oracle.layer_norm_exact(x, np.full(x.shape, gamma), np.full(x.shape, beta), eps=eps)
+    assert same(got, want).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=8), st.floats(0, 10))
+def test_hypothesis_float64(values, eps):
+    x = np.array(values)
+    assert same(lneps.layer_norm(x, eps=eps), oracle.layer_norm_exact(x, eps=eps)).all()
+    assert same(lneps.rms_norm(x, eps=eps), oracle.rms_norm_exact(x, eps=eps)).all()
+
+
+def test_oracle_rounding_is_the_fractions_one():
+    # The kernel's exact tier uses oracle.round_quotient; spot-check its input assembly.
+    x = np.array([[0.1, 0.7, -0.3]])
+    S = sum(Fraction(v) for v in x[0])
+    t = [3 * Fraction(v) - S for v in x[0]]
+    s = sum(ti * ti for ti in t) / 3 + 9 * Fraction(1e-5)
+    fmt = oracle.format_of(F64)
+    assert [oracle.round_quotient(ti, s, 0, fmt) for ti in t] == list(lneps.layer_norm(x)[0])
+
+
+def test_non_finite_gains_and_biases_give_the_arithmetics_answer():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]], dtype=F32)
+    y = lneps.layer_norm(x, gamma=[1.0, np.nan, 1.0])
+    assert np.isnan(y[:, 1]).all() and np.isfinite(y[:, [0, 2]]).all()
+    y = lneps.layer_norm(x, beta=[1.0, np.inf, 1.0])
+    assert (y[:, 1] == np.inf).all()
+    assert same(y[:, [0, 2]], oracle.layer_norm_exact(x, beta=np.array([1.0, 0.0, 1.0]), eps=1e-5)[:, [0, 2]]).all()
+    with np.errstate(over="ignore"):
+        big = lneps.layer_norm(x.astype(F16), gamma=1e5)
+    assert big[0, 0] == -np.inf and big[0, 1] == 0 and big[1, 1] == F16(-1e5 * 0.2672612419124244)
