@@ -21,6 +21,7 @@ import argparse
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("LNEPS_CHROMIUM", "/usr/bin/chromium")
 PLACEHOLDER = "000"
 
 
