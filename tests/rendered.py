@@ -8,6 +8,7 @@ notebooks: what counts is what the reader sees.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,13 @@ def article(html_text: str):
     return main
 
 
+@functools.cache
+def built_article(html: str):
+    """:func:`article` of the built page ``html`` (relative to _build/html), parsed once per
+    test session; callers must not modify it."""
+    return article((HTML / html).read_text(encoding="utf-8"))
+
+
 def words(text: str) -> list[str]:
     return text.split()
 
@@ -145,9 +153,8 @@ def code_share(main) -> dict:
         if not any(parent in code_nodes for parent in node.parents):
             code_nodes.append(node)
     code = sum(len(words(n.get_text())) for n in code_nodes)
-    prose_copy = BeautifulSoup(str(main), "html.parser")
-    for node in prose_copy.select(", ".join(CODE_SELECTORS)):
-        node.decompose()
-    prose = len(words(prose_copy.get_text(" ")))
+    inside = {id(n) for n in code_nodes}
+    prose = sum(len(words(t)) for t in main.find_all(string=True)
+                if not any(id(p) in inside for p in t.parents))
     total = prose + code
     return {"total": total, "code": code, "prose": prose, "share": code / total if total else 0.0}

@@ -157,6 +157,8 @@ def test_batch_norm_differs_in_training_and_in_use(g):
                                             rel=1e-9)
     assert g["bn_train_gap"] > 0.5 and g["bn_use_gap"] > 0.5  # visibly different
     assert g["ln_batch_gap"] == 0.0
+    # the notebook uses lneps.batch_norm(training=False, ...), checked against the definition
+    assert g["bn_use_vs_definition"] < 1e-15
 
 
 def test_the_sweep_spans_the_decades_the_prose_quotes(g):

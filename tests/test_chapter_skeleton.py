@@ -13,7 +13,7 @@ import re
 import nbformat
 import pytest
 
-from rendered import HTML, article, reader_pages
+from rendered import built_article, reader_pages
 
 CHAPTERS = [p for p in reader_pages() if p.is_notebook]
 # What a number typed into prose looks like, once math ($...$) and roles ({glue:text}`x`,
@@ -34,7 +34,7 @@ def _section(main, title: str):
 def pages(built_book):
     code, output = built_book
     assert code == 0, output[-3000:]
-    return {p.file: article((HTML / p.html).read_text()) for p in CHAPTERS}
+    return {p.file: built_article(p.html) for p in CHAPTERS}
 
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.file)

@@ -9,7 +9,7 @@ itself, in code.
 
 import pytest
 
-from rendered import HTML, article, code_share, reader_pages
+from rendered import article, built_article, code_share, reader_pages
 
 LIMIT = 0.40
 PAGES = reader_pages()
@@ -19,7 +19,7 @@ PAGES = reader_pages()
 def test_code_is_at_most_40_percent_of_the_words(built_book, page):
     code, output = built_book
     assert code == 0, output[-3000:]
-    share = code_share(article((HTML / page.html).read_text()))
+    share = code_share(built_article(page.html))
     assert share["total"] > 100, f"{page.html} has almost no text: {share}"
     assert share["share"] <= LIMIT, (
         f"{page.html}: code and output are {share['share']:.0%} of its words "

@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 
 from browser import VIEWPORTS
-from rendered import HTML, article, toc_pages
+from rendered import HTML, built_article, toc_pages
 
 PAGES = toc_pages()
 MIN_TEXT_PX = 9.0
@@ -84,7 +84,7 @@ def test_figures_are_drawn_at_their_size_with_readable_text(visits, page):
 def test_every_figure_has_a_number_a_caption_and_alt_text(built_book, page):
     code, output = built_book
     assert code == 0, output[-3000:]
-    main = article((HTML / page.html).read_text())
+    main = built_article(page.html)
     problems = []
     for img in main.find_all("img"):
         figure = img.find_parent("figure")

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from rendered import HTML, article, toc_pages
+from rendered import HTML, built_article, toc_pages
 
 PDF = ROOT / "_build" / "pdf" / "layer-normalization-epsilon.pdf"
 SINGLEHTML = ROOT / "_build" / "pdf" / "singlehtml" / "book.html"
@@ -40,7 +40,7 @@ def pdf(built_pdf):
 def chapter_titles() -> tuple[str, ...]:
     titles = []
     for page in toc_pages():
-        h1 = article((HTML / page.html).read_text()).find("h1")
+        h1 = built_article(page.html).find("h1")
         titles.append(" ".join(h1.get_text(" ").split()))
     return tuple(titles)
 

@@ -8,7 +8,7 @@ meets. Each forbidden word is matched as a whole word, with its plurals (tests/r
 
 import pytest
 
-from rendered import APPENDIX, FORBIDDEN, HTML, article, forbidden_words, reader_pages, rendered_text, toc_pages
+from rendered import APPENDIX, FORBIDDEN, built_article, forbidden_words, reader_pages, rendered_text, toc_pages
 
 PAGES = reader_pages()
 
@@ -17,7 +17,7 @@ PAGES = reader_pages()
 def test_no_word_about_the_machinery(built_book, page):
     code, output = built_book
     assert code == 0, output[-3000:]
-    found = forbidden_words(rendered_text(article((HTML / page.html).read_text())))
+    found = forbidden_words(rendered_text(built_article(page.html)))
     assert found == {}, f"{page.html} talks about how the book is made: {found}"
 
 

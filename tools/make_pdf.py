@@ -21,6 +21,7 @@ import argparse
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("LNEPS_CHROMIUM", "/usr/bin/chromium")
 PLACEHOLDER = "000"
 
 
@@ -142,7 +143,7 @@ html, body { font-size: 14px; }
 #lneps-pdf-contents .lneps-leader { flex: 1; border-bottom: 1px dotted #888; margin: 0 .4em .35em; }
 #lneps-pdf-contents .lneps-page { font-variant-numeric: tabular-nums; }
 .lneps-part-label { font-variant: small-caps; letter-spacing: .05em; color: #555; margin: 0; }
-figure, img, .cell_output, div.math, table { break-inside: avoid; }
+figure, img, .cell_input, .cell_output, div.math, table { break-inside: avoid; }
 h1, h2, h3 { break-after: avoid; }
 pre { white-space: pre-wrap; word-break: break-word; }
 """
