@@ -8,7 +8,12 @@ STAMP := $(VENV)/.installed
 
 # What changes executed outputs without changing a notebook's code cells: the package and
 # the pins. Jupyter Book's cache keys on code cells only, so a change here clears _build.
-INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# The slider's script and style are inlined into chapter 1's output, so they count too.
+INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) book/_static/lneps-slider.* 2>/dev/null | sha256sum | cut -c1-16)
+# What changes pages without changing a notebook: styles, Sphinx extensions, configuration,
+# contents, bibliography. Sphinx copies _static and re-writes pages only for documents it
+# re-reads, so a change here rebuilds every page (--all; nothing is executed again).
+PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_static tools -name '*.css' -o -name '*.js' -o -name 'sphinx_*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 # Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
 # before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
@@ -19,7 +24,7 @@ BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 
-.PHONY: book test notebooks serve lab bench clean
+.PHONY: book test notebooks serve lab bench frameworks clean pdf
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -43,11 +48,20 @@ book: $(STAMP)
 		echo "$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) book/*.ipynb"; \
 		$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) $(BOOK_NOTEBOOKS) \
 		&& mv _build/.prefilling _build/.prefilled; fi
-	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS) \
+		$(if $(filter $(PAGES_HASH),$(shell cat _build/.pages-hash 2>/dev/null)),,--all)
 	@echo "$(INPUTS_HASH)" > _build/.inputs-hash
+	@echo "$(PAGES_HASH)" > _build/.pages-hash
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The whole book as one PDF (tools/make_pdf.py): singlehtml from the executed notebooks of
+# `make book`, printed by Chromium after MathJax; also copied next to the HTML, where the
+# download button links to it.
+PDF := _build/pdf/layer-normalization-epsilon.pdf
+pdf: book
+	$(BIN)/python tools/make_pdf.py $(PDF) --copy-to _build/html
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/run_notebooks.py $(NB)
@@ -73,6 +87,20 @@ lab: $(STAMP)
 # fresh-venv install (about a minute).
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(if $(filter 1 yes true,$(BENCH_SKIP_SETUP)),--skip-setup)
+
+# The optional extra (requirements-frameworks.txt: torch 2.13.0 CPU, JAX/Flax, ONNX, ONNX Runtime),
+# installed into .venv with the book's pins as constraints, then measured: chapter 7's data in
+# book/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
+# (any nvidia-* package) means a pin went wrong: stop rather than measure with it.
+FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
+$(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.txt -r requirements-frameworks.txt
+	@if $(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | grep -i '^nvidia'; then \
+		echo "requirements-frameworks.txt pulled a CUDA wheel"; exit 1; fi
+	touch $@
+
+frameworks: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/measure_frameworks.py
 
 clean:
 	rm -rf _build

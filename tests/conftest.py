@@ -55,21 +55,53 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_sessionfinish(session):
-    proc = _BUILD.get("proc")
-    if proc is not None and proc.poll() is None:  # interrupted: leave no build running
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+    for key in ("proc", "pdf_proc"):
+        proc = _BUILD.get(key)
+        if proc is not None and proc.poll() is None:  # interrupted: leave no build running
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+
+
+def _start_pdf():
+    """`make pdf` from the finished book build (-o book: the book is not rebuilt under the
+    browser tests' feet), in the background, so that it prints while they run."""
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(["make", "--no-print-directory", "-o", "book", "pdf"], cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    _BUILD.update(pdf_proc=proc, pdf_log=log)
 
 
 @pytest.fixture(scope="session")
-def built_book():
+def built_book(request):
     """Run the book build exactly as `make book` does; return (exit code, output)."""
     if "proc" not in _BUILD:
         _start_build()
     code = _BUILD["proc"].wait()
     log = _BUILD["log"]
     log.seek(0)
+    wants_pdf = any("built_pdf" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    if code == 0 and wants_pdf and "pdf_proc" not in _BUILD:
+        _start_pdf()
     return code, log.read()
 
 
+@pytest.fixture(scope="session")
+def built_pdf(built_book):
+    """`make pdf` after the book build (started as soon as the build ends); (exit code, output)."""
+    code, output = built_book
+    assert code == 0, output[-3000:]
+    if "pdf_proc" not in _BUILD:
+        _start_pdf()
+    pdf_code = _BUILD["pdf_proc"].wait()
+    log = _BUILD["pdf_log"]
+    log.seek(0)
+    return pdf_code, log.read()
+
+
 SPHINX_WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")
+
+
+# The browser's session fixtures (Chromium, the served book, one visit of every page), shared
+# by tests/test_browser.py and tests/test_layout.py so that each page is loaded only once.
+from browser import browser, html_dir, report, site, visits  # noqa: E402,F401

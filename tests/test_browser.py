@@ -14,218 +14,20 @@ $LNEPS_BOOK_HTML if set (a build made elsewhere, e.g. with --path-output).
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import threading
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
-import pytest
 
 import lneps
-from conftest import ROOT
+from browser import IMAGES_JS, MATHJAX_READY_JS, new_page
 
-CHROMIUM = os.environ.get("LNEPS_CHROMIUM", "/usr/bin/chromium")
 SLIDER_PAGE = "book/layer_norm_by_hand.html"
 TOKEN = np.array([2.0, 4.0, 6.0, 8.0])
-# The seed's points (issue 5), then a few more across the grid.
-SLIDER_POINTS = [(1, 0), (-1, 0), (0, 3), (0.25, 100), (-2, -100), (1.75, -37), (-0.25, 5)]
+# The points chapter 1 discusses, then a few more across the grid.
+SLIDER_POINTS = [(1, 0), (-1, 0), (0, 3), (0.25, 4), (-2, -4), (1.75, -3.5), (-0.25, 1.5)]
 MAX_PAGE_WEIGHT = 2_000_000  # bytes a page may load beyond the theme's own assets
-TIMEOUT_MS = 30_000
-
-# Raw TeX that MathJax should have consumed: display/inline delimiters, $...$ and commands.
-RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\\[A-Za-z]{2,}|\$[^\s$][^$]*\$")
-
-# Text nodes outside code, scripts and MathJax's own output: what a reader sees as prose.
-VISIBLE_TEXT_JS = """() => {
-  const skip = "pre, code, script, style, textarea, mjx-container, .highlight, [hidden]";
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  const out = [];
-  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-    const el = n.parentElement;
-    if (!el || el.closest(skip)) continue;
-    if (el.getClientRects().length === 0) continue;  // not rendered (display: none)
-    out.push(n.textContent);
-  }
-  return out.join(" ");
-}"""
-
-FORMULAS_JS = """() => {
-  const math = [...document.querySelectorAll(".math")];
-  return {
-    math: math.length,
-    untypeset: math.filter(m => !m.querySelector("mjx-container"))
-                   .map(m => m.textContent.trim().slice(0, 80)),
-    containers: document.querySelectorAll("mjx-container").length,
-    errors: [...document.querySelectorAll("mjx-merror")].map(e => e.textContent.slice(0, 80)),
-  };
-}"""
-
-IMAGES_JS = """async () => {
-  const imgs = [...document.images];
-  for (const img of imgs) {
-    if (!img.complete) {
-      img.scrollIntoView();
-      await new Promise(r => { img.addEventListener("load", r, {once: true});
-                               img.addEventListener("error", r, {once: true});
-                               setTimeout(r, 5000); });
-    }
-  }
-  return imgs.map(i => ({src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0}));
-}"""
-
-MATHJAX_READY_JS = """async () => {
-  if (!document.querySelector(".math")) return true;
-  for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
-    await new Promise(r => setTimeout(r, 50));
-  if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return false;
-  await MathJax.startup.promise;
-  return true;
-}"""
-
-
-def _unavailable() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError as exc:
-        return f"Playwright for Python is not installed ({exc})"
-    if not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)):
-        return (
-            f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install -y chromium` as "
-            "root; .ci/run does it) or point $LNEPS_CHROMIUM at one"
-        )
-    return None
-
-
-class _Report:
-    """Prints the browser measurements in make test's summary, with or without -s."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-
-    def pytest_terminal_summary(self, terminalreporter):
-        if self.lines:
-            terminalreporter.write_sep("-", "the book in Chromium")
-            for line in self.lines:
-                terminalreporter.write_line(line)
-
-
-@pytest.fixture(scope="module")
-def report(request):
-    rep = _Report()
-    request.config.pluginmanager.register(rep, "lneps-browser-report")
-    return rep
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = _unavailable()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}. CI is set, so the browser tests fail instead of skipping.")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def html_dir(request, browser) -> Path:
-    override = os.environ.get("LNEPS_BOOK_HTML")
-    if override:
-        path = Path(override)
-    else:
-        code, output = request.getfixturevalue("built_book")
-        assert code == 0, output[-3000:]
-        path = ROOT / "_build" / "html"
-    assert (path / "index.html").is_file(), f"no built book at {path}"
-    return path
-
-
-@pytest.fixture(scope="module")
-def site(html_dir):
-    """Serve the HTML on 127.0.0.1 (a free port) from a thread; yield the base URL."""
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    handler = functools.partial(Quiet, directory=str(html_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-def _new_page(browser, base: str):
-    """A fresh page (no cache) that aborts and records requests to any other host."""
-    context = browser.new_context(service_workers="block")
-    context.set_default_timeout(TIMEOUT_MS)
-    log = {"external": [], "console": [], "failed": [], "requests": []}
-
-    def abort(r):
-        log["external"].append(r.request.url)
-        r.abort()
-
-    # Only requests that leave the local server reach Python (a regex route is matched in
-    # the browser); intercepting every local request too would slow each page down.
-    context.route(re.compile("^(?!" + re.escape(base) + ")"), abort)
-    page = context.new_page()
-    page.on("console", lambda m: m.type == "error" and log["console"].append(m.text))
-    page.on("pageerror", lambda e: log["console"].append(f"uncaught: {e}"))
-    page.on("request", lambda r: log["requests"].append(r.url))
-    page.on("response", lambda r: r.status >= 400 and log["failed"].append(f"{r.status} {r.url}"))
-    page.on("requestfailed", lambda r: log["failed"].append(f"{r.failure} {r.url}"))
-    return context, page, log
-
-
-def _pages(html_dir: Path) -> list[str]:
-    return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
-                  if "_static" not in p.parts and "_sources" not in p.parts)
-
-
-def _visit(browser, base: str, html_dir: Path, rel: str) -> dict:
-    context, page, log = _new_page(browser, base)
-    try:
-        page.goto(base + rel, wait_until="load")
-        refresh = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"',
-                            (html_dir / rel).read_text(encoding="utf-8"), re.IGNORECASE)
-        if refresh:  # _build/html/index.html only redirects to the root page
-            page.wait_for_url(urljoin(base + rel, refresh.group(1)))
-            page.wait_for_load_state("load")
-        ready = page.evaluate(MATHJAX_READY_JS)
-        formulas = page.evaluate(FORMULAS_JS)
-        images = page.evaluate(IMAGES_JS)
-        text = page.evaluate(VISIBLE_TEXT_JS)
-        download = page.eval_on_selector_all(
-            "a.btn-download-source-button", "els => els.map(e => e.href)")
-        return {"url": page.url, "mathjax_ready": ready, "formulas": formulas, "images": images,
-                "raw_tex": sorted(set(RAW_TEX.findall(text))), "download": download, **log}
-    finally:
-        context.close()
-
-
-@pytest.fixture(scope="module")
-def visits(browser, site, html_dir, report) -> dict:
-    pages = _pages(html_dir)
-    result = {rel: _visit(browser, site, html_dir, rel) for rel in pages}
-    typeset = sum(v["formulas"]["containers"] for v in result.values())
-    external = sum(len(v["external"]) for v in result.values())
-    report.lines.append(
-        f"pages visited: {len(pages)}; formulas typeset: {typeset}; "
-        f"external requests: {external}; console errors: "
-        f"{sum(len(v['console']) for v in result.values())}; images loaded: "
-        f"{sum(len(v['images']) for v in result.values())}"
-    )
-    return result
 
 
 def test_every_page_was_visited(visits, html_dir):
@@ -273,7 +75,7 @@ def test_every_image_loaded(visits):
 def test_download_button_fetches_the_notebook(visits, browser, site, html_dir):
     links = {rel: v["download"] for rel, v in visits.items() if v["download"]}
     assert any(rel.endswith(SLIDER_PAGE) for rel in links)
-    context, page, _ = _new_page(browser, site)
+    context, page, _ = new_page(browser, site)
     try:
         for rel, hrefs in links.items():
             for href in hrefs:
@@ -286,6 +88,16 @@ def test_download_button_fetches_the_notebook(visits, browser, site, html_dir):
                     assert response.json()["nbformat"] == 4
     finally:
         context.close()
+
+
+def test_the_download_button_offers_the_book_as_a_pdf(visits):
+    # tools/sphinx_pdf_button.py: every page's download menu links to the book's PDF, which
+    # `make pdf` writes next to the HTML (tests/test_pdf.py fetches it).
+    menus = {rel: v["downloads"] for rel, v in visits.items() if v["downloads"]}
+    assert SLIDER_PAGE in menus
+    missing = {rel: hrefs for rel, hrefs in menus.items()
+               if not any(h.endswith("/layer-normalization-epsilon.pdf") for h in hrefs)}
+    assert missing == {}
 
 
 def _slider_state(page) -> dict:
@@ -302,7 +114,7 @@ def _slider_state(page) -> dict:
 
 
 def test_slider_shows_layer_norm(browser, site, html_dir, report):
-    context, page, log = _new_page(browser, site)
+    context, page, log = new_page(browser, site)
     try:
         page.goto(site + SLIDER_PAGE, wait_until="load")
         page.wait_for_selector(".lneps-slider[data-ready]")
@@ -367,7 +179,7 @@ def _weight(paths: list[str], html_dir: Path) -> dict:
 
 
 def test_slider_page_weight(browser, site, html_dir, report):
-    context, page, log = _new_page(browser, site)
+    context, page, log = new_page(browser, site)
     try:
         page.goto(site + SLIDER_PAGE, wait_until="load")
         page.evaluate(MATHJAX_READY_JS)

@@ -1,4 +1,5 @@
-"""Chapter 6 (seed 004, "Epsilon in the wild"): every quoted number recomputed here.
+"""The chapter "Epsilon in the wild" (the stability note's table of defaults): every quoted
+number recomputed here.
 
 The tables the chapter shows must be exactly the ones lneps.defaults generates; each number
 glued into the prose is recomputed with lneps (or from its closed form) and compared.
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import defaults
+from lneps import defaults, eps_swap
 from notebooks import glued, read, stream_text
 from test_defaults import EXPECTED_VERDICTS, bib_entries
 
@@ -29,10 +30,10 @@ def notebook_code() -> str:
 
 @pytest.fixture(scope="module")
 def chapter_rows():
-    """The chapter's random rows, regenerated here from its seed and recipe (cells of
-    sections "Porting ..." and "RMSNorm ..."): the layer-norm rows, then the RMS targets and
+    """The chapter's random rows, regenerated here from its generator's seed and recipe (cells
+    of sections "Porting ..." and "RMSNorm ..."): the layer-norm rows, then the RMS targets and
     the two row shapes drawn from the same generator."""
-    seed = int(re.search(r"^SEED = (\d+)$", notebook_code(), re.M).group(1))
+    (seed,) = {int(m) for m in re.findall(r"np\.random\.default_rng\((\d+)\)", notebook_code())}
     rng = np.random.default_rng(seed)
     sigmas = np.array([1.0, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3])
     rows = (rng.standard_normal((len(sigmas), 64, 768)) * sigmas[:, None, None]
@@ -54,17 +55,24 @@ def glued_mime(name: str, mime: str) -> str:
     raise KeyError(name)
 
 
+TABLES = ("note_table", "defaults_layernorm", "defaults_rmsnorm", "port_table")
+
+
 def test_the_shown_tables_are_the_generated_ones():
-    assert glued_mime("seed_table", "text/markdown") == defaults.seed_markdown()
-    assert glued_mime("defaults_table", "text/markdown") == defaults.defaults_markdown()
+    assert glued_mime("note_table", "text/markdown") == defaults.note_table_markdown()
+    for kind in defaults.KINDS:
+        assert (glued_mime(f"defaults_{kind.lower()}", "text/markdown")
+                == defaults.defaults_markdown(kind=kind))
     text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
-    for name in ("seed_table", "defaults_table"):
+    for name in TABLES:
         assert f"```{{glue:md}} {name}\n:format: myst" in text
+        # Numbers in the tables are math, so none wraps inside a cell ("1e-/12").
+        assert not re.search(r"\de-\d", glued_mime(name, "text/markdown")), name
 
 
 def test_every_cite_in_the_chapter_is_in_references_bib():
     text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
-    text += glued_mime("seed_table", "text/markdown") + glued_mime("defaults_table", "text/markdown")
+    text += "".join(glued_mime(name, "text/markdown") for name in TABLES)
     keys = {k.strip() for group in re.findall(r"\{cite\}`([^`]+)`", text) for k in group.split(",")}
     assert keys - set(bib_entries()) == set()
     # Every issue thread of the facts file is cited somewhere in the chapter.
@@ -73,18 +81,24 @@ def test_every_cite_in_the_chapter_is_in_references_bib():
         assert key in keys
 
 
-def test_seed_verdicts(g):
-    assert g["n_seed_rows"] == 6
+def test_note_table_verdicts(g):
+    assert g["n_note_rows"] == 6
+    assert g["note_title"] == "Practical ε Values Across Frameworks"
     counts = list(EXPECTED_VERDICTS.values())
-    assert g["n_right"] == counts.count("right") == 4
+    assert g["n_right"] == counts.count("right") == 3
+    assert g["n_misnamed"] == counts.count("right value, wrong name") == 1
     assert g["n_released_only"] == counts.count("right for released checkpoints only") == 2
     assert g["n_wrong"] == 0
     assert (g["llama_default"], g["llama_released"]) == ("1e-6", "1e-5")
     assert (g["mistral_default"], g["mistral_released"]) == ("1e-6", "1e-5")
     assert g["keras_default"] == "1e-3"
-    printed = stream_text(NB)[0]
-    assert re.search(r"Llama 2 / 3 \(RMSNorm\) +1e-5 +right for released checkpoints only\n", printed)
-    assert re.search(r"BERT \(LayerNorm\) +1e-12 +right\n", printed)
+    printed = stream_text(NB)[0].splitlines()
+    assert printed == ["LlamaConfig.rms_norm_eps: library default 1e-06",
+                       "  1e-05 in Llama-2-7b-hf config.json", "  1e-05 in Meta-Llama-3-8B config.json",
+                       "  1e-05 in Meta's llama/model.py (norm_eps)"]
+    # The verdict on TensorFlow's row says what the prose says: right value, Keras's name.
+    note = glued_mime("note_table", "text/markdown")
+    assert "**right value, wrong name**: the layer is Keras's, not TensorFlow's" in note
 
 
 def test_onnx_and_torch_rmsnorm_values(g):
@@ -95,6 +109,12 @@ def test_onnx_and_torch_rmsnorm_values(g):
     assert g["torch_rms_eps_log2"] == -23
     assert g["torch_rms_eps_f64"] == 2.0**-52
     assert (g["n_rows"], g["n_rms_rows"]) == (12, 6)
+    # "smaller than every value configured for an RMS-style layer in the table"
+    configured = [v for r in defaults.DEFAULTS if r.kind == "RMSNorm" and r.library_default
+                  for v in (r.library_default, *r.released_values)]
+    assert g["min_rms_configured"] == "1e-6" == defaults.fmt_eps(min(configured))
+    assert g["torch_rms_eps_f64"] < g["torch_rms_eps"] < min(configured)
+    assert g["rms_none_ratio"] == pytest.approx(1e-6 / 2.0**-23) and round(g["rms_none_ratio"], 1) == 8.4
 
 
 def test_bert_eps_underflows_in_float16_only(g):
@@ -122,7 +142,7 @@ def test_constant_row_gives_nan_only_on_the_all_float16_path(g):
 
 def test_porting_measured_matches_closed_form_on_the_chapters_rows(g, chapter_rows):
     sigmas, rows, _, _ = chapter_rows
-    measured = defaults.relative_change(rows, 1e-12, 1e-5)
+    measured = eps_swap.relative_change(rows, 1e-12, 1e-5)
     # The same rows as the notebook's: the glued medians come out again.
     for s, key in ((1.0, "port_rel_1"), (0.1, "port_rel_01"), (0.01, "port_rel_001"),
                    (1e-3, "port_rel_1e3")):
@@ -135,6 +155,13 @@ def test_porting_measured_matches_closed_form_on_the_chapters_rows(g, chapter_ro
     agree = float(np.max(np.abs(measured / want - 1)))
     assert agree < 1e-8
     assert g["port_agree"] < 1e-8
+    # The table shown: one line per spread, its median change and the output std at 1e-5.
+    lines = glued_mime("port_table", "text/markdown").splitlines()[2:]
+    assert [line.split(" | ")[0].strip("| ") for line in lines] == [f"{s:g}" for s in sigmas]
+    out_5 = lneps.layer_norm(rows, eps=1e-5)
+    for line, m, std in zip(lines, np.median(measured, axis=-1), out_5.std(axis=-1).mean(axis=-1)):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == f"${defaults.tex_eps(float(m))}$" and cells[3] == f"{std:.3f}"
     np.testing.assert_allclose(defaults.predicted_relative_change(q, 1e-12, 1e-5), want, rtol=1e-9)
 
 
@@ -179,7 +206,6 @@ def test_rmsnorm_1e6_versus_1e5(g):
 
 def test_rmsnorm_measured_matches_closed_form_on_the_chapters_rows(g, chapter_rows):
     _, _, targets, shapes = chapter_rows
-    printed = "".join(stream_text(NB))
     for name, z in shapes.items():
         # Unit RMS per row, then scaled: NumPy here, lneps.rms_norm(eps=0) in the notebook.
         x = z / np.sqrt(np.mean(z**2, axis=-1, keepdims=True)) * targets[:, None, None]
@@ -188,7 +214,6 @@ def test_rmsnorm_measured_matches_closed_form_on_the_chapters_rows(g, chapter_ro
         want = np.abs(np.sqrt((q + 1e-5) / (q + 1e-6)) - 1)
         agree = float(np.max(np.abs(measured / want - 1)))
         assert agree < 1e-8, name
-        assert f"{name:18s} measured agrees with (eq-eps-swap) to a relative 1e-8: True" in printed
         # Every row of the shape gives the curve's value at its RMS: the shape does not matter.
         curve = np.abs(np.sqrt((targets**2 + 1e-5) / (targets**2 + 1e-6)) - 1)
         np.testing.assert_allclose(measured.mean(axis=-1), curve, rtol=1e-8)
@@ -199,11 +224,28 @@ def test_the_chapter_uses_the_package_not_hand_copies():
     code = notebook_code()
     assert "precision.eps_survival_table(" in code and "precision.format_info(" in code
     assert "rms_norm(z, eps=0)" in code
+    assert "eps_swap.relative_change(" in code and "eps_swap.predicted_relative_change(" in code
     # No hand-computed subnormal, stored eps or mean square / variance in the notebook.
     for pattern in (r"finfo\([^)]*\)\.smallest_subnormal", r"np\.float16\(bert_eps\)",
                     r"\(\w+ \* \w+\)\.mean\(", r"\.var\("):
         assert not re.search(pattern, code), pattern
 
 
-def test_the_figure_is_glued_as_an_image():
-    assert glued_mime("fig_eps_swap", "image/png")
+def test_the_figure_is_glued_and_shown_numbered_with_caption_and_alt_text():
+    assert glued_mime("fig-eps-swap", "image/png")
+    text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    block = text[text.index("```{glue:figure} fig-eps-swap"):]
+    block = block[:block.index("\n```\n")]
+    assert ":name: fig-eps-swap" in block and ":alt: Two log-log panels" in block
+    assert "Lines: the closed form {eq}`eq-eps-swap`" in block
+    assert "{numref}`fig-eps-swap`" in text
+
+
+def test_the_exercise_that_changes_the_code(g):
+    # Exercise 4: Flax's 1e-6 run at PyTorch's 1e-5; the 1% spread, and which spreads pass it.
+    sigma = g["flax_sigma_1pct"]
+    assert float(eps_swap.predicted_relative_change(sigma**2, 1e-6, 1e-5)) == pytest.approx(0.01, rel=1e-9)
+    assert sigma == pytest.approx(np.sqrt(9e-6 / 0.02), rel=0.02)
+    assert 0.01 < sigma < 0.03  # so 0.01, 0.003 and 0.001 of the cell's spreads change by more
+    assert "replace `1e-12, 1e-5` by\n   `1e-6, 1e-5`" in "".join(
+        c.source for c in read(NB).cells if c.cell_type == "markdown")

@@ -1,8 +1,9 @@
-"""Chapter 4 (seed 000, the response figure): what the chapter quotes, computed independently.
+"""The chapter "The response figure" (the article's figure): what it quotes, computed
+independently.
 
 Every glued number is recomputed here from the closed forms h = t/sqrt(2t^2/3 + eps) and
-h' = eps/(2t^2/3 + eps)^(3/2); the chapter must show the committed figure file, numbered,
-with the seed's caption.
+h' = eps/(2t^2/3 + eps)^(3/2); the chapter must show the figure file it writes, numbered,
+at its design width, with the article's caption and alt text.
 """
 
 import math
@@ -81,19 +82,27 @@ def test_numerical_checks(g):
     assert 0 < g["worst_slope"] < 1e-6
 
 
-def test_the_book_shows_the_committed_figure_numbered_with_the_seeds_caption(markdown):
+def test_the_book_shows_the_figure_numbered_with_the_articles_caption(markdown):
     assert "```{figure} figures/layer-normalization-epsilon-response.png" in markdown
-    assert ":name: fig-response" in markdown
+    assert ":name: fig-response" in markdown and f":width: {resp.WIDTH_PX}px" in markdown
+    assert ":alt: Two panels, one above the other." in markdown
     assert "{numref}`fig-response`" in markdown
-    assert ("Layer-normalization response and sensitivity for $(-t, 0, t)$; "
-            "unit gains and zero biases.") in markdown
+    assert resp.TITLE + "." in markdown
     # the caption names the plotted eps values (typed in the caption: read them back)
-    typed = re.search(r"for\n\$\\varepsilon = ([^$]*)\$ \(the seed's original", markdown).group(1)
+    typed = re.search(r"Drawn for\n\$\\varepsilon = ([^$]*)\$ \(the article's figure", markdown).group(1)
     assert typed == "10^{-3}, 10^{-2}, 10^{-1}, 1"
     as_numbers = [1.0 if x == "1" else 10.0 ** int(re.fullmatch(r"10\^\{(-?\d+)\}", x).group(1))
                   for x in typed.split(", ")]
     assert tuple(as_numbers) == resp.EPS_VALUES
     assert "{cite}`seed000`" in markdown and "{ref}`ch3`" in markdown
+
+
+def test_the_crossing_point_of_exercise_3(g):
+    # eps/(s + eps)^(3/2) equal for eps = 0.01 and 1, s = 2 t^2 / 3, solved independently.
+    t = g["cross_t"]
+    assert dh(t, 0.01) == pytest.approx(dh(t, 1.0), rel=1e-12)
+    assert dh(t / 2, 0.01) > dh(t / 2, 1.0) and dh(2 * t, 0.01) < dh(2 * t, 1.0)
+    assert round(t, 4) == 0.2393
 
 
 def test_the_notebook_writes_the_figure_and_does_not_show_it_twice():

@@ -1,4 +1,8 @@
-"""Chapter 2 (seed 000, seed 004): what the book glues is what SymPy and lneps compute."""
+"""Chapter 2 (the article, and the stability note's claims on a large epsilon and a constant
+input): what the book glues is what SymPy and lneps compute, recomputed here."""
+
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -54,12 +58,58 @@ def test_shift_and_scaling(g):
     assert g["shift_diff"] == "(0, 0, 0)"
     assert 0 <= g["shift_err"] < 1e-12
     assert g["scale_check"] == "0"
-    assert g["scale_solutions"] == "[1]"
+    assert g["scale_solutions"] == "[1]" and g["scale_solution"] == "1"
     assert g["scale_eps_zero"] == "1"
 
 
+def test_z_123_is_shown_as_typeset_math(g):
+    # the exact core for eps = 4/3, as LaTeX for the prose (not Python's sqrt(2)/2)
+    (tex,) = [o["data"]["application/papermill.record/text/markdown"]
+              for c in read(NB).cells if c.cell_type == "code" for o in c.outputs
+              if o.get("metadata", {}).get("scrapbook", {}).get("name") == "core_four_thirds_tex"]
+    assert tex.startswith("$") and tex.endswith("$") and "\\sqrt{2}" in tex and "sqrt(" not in tex
+
+
+def test_a_large_eps_keeps_the_size_a_small_eps_erases_it(g):
+    # The stability note: with a large eps "the network can no longer distinguish high-variance
+    # from low-variance representations". The core's size is sqrt(q / (q + eps)).
+    size = lambda q, eps: math.sqrt(q / (q + eps))  # noqa: E731
+    assert g["size_large_lo"] == pytest.approx(size(1e-4, 0.1), rel=1e-12)
+    assert g["size_large_hi"] == pytest.approx(size(1e-2, 0.1), rel=1e-12)
+    assert g["size_small_lo"] == pytest.approx(size(1e-4, 1e-5), rel=1e-12)
+    assert g["size_small_hi"] == pytest.approx(size(1e-2, 1e-5), rel=1e-12)
+    assert g["size_ratio_large"] == pytest.approx(size(1e-2, 0.1) / size(1e-4, 0.1), rel=1e-12)
+    assert g["size_ratio_small"] == pytest.approx(size(1e-2, 1e-5) / size(1e-4, 1e-5), rel=1e-12)
+    # large eps: the hundredfold variance shows (nearly the factor 10 of the spreads) ...
+    assert 9 < g["size_ratio_large"] < 10
+    # ... small eps: both normalized to about 1
+    assert 1 < g["size_ratio_small"] < 1.1
+
+
+def test_exercise_sizes_with_eps_1e3(g):
+    sizes = [math.sqrt(q / (q + 1e-3)) for q in (1e-4, 1e-3, 1e-2)]
+    assert g["ex3_sizes"] == ", ".join(f"{s:.3f}" for s in sizes)
+    assert g["ex3_mid"] == pytest.approx(math.sqrt(0.5), rel=1e-12)
+
+
+def test_unequal_gains_and_biases_move_the_mean_and_variance(g):
+    core = [Fraction(-1), Fraction(0), Fraction(1)]  # z = (1, 2, 3), eps = 1/3: q + eps = 1
+
+    def stats(gamma, beta):
+        y = [gi * ui + bi for gi, ui, bi in zip(gamma, core, beta)]
+        m = sum(y) / 3
+        return m, sum((yi - m) ** 2 for yi in y) / 3
+
+    assert g["gb_plain"] == "2/3"  # q / (q + eps) with q = 2/3
+    assert (g["gb_equal_mean"], g["gb_equal_var"]) == tuple(map(str, stats([2] * 3, [1] * 3)))
+    assert g["gb_equal_var"] == str(4 * Fraction(2, 3))  # g^2 q / (q + eps)
+    assert (g["gb_gamma_mean"], g["gb_gamma_var"]) == tuple(map(str, stats([1, 2, 3], [0] * 3)))
+    assert (g["gb_gamma_mean"], g["gb_gamma_var"]) == ("2/3", "26/9")
+    assert (g["gb_beta_mean"], g["gb_beta_var"]) == tuple(map(str, stats([1] * 3, [0, 0, 3])))
+
+
 def test_the_scaling_table_shows_eps_breaking_invariance():
-    text = stream_text(NB)[-1]
+    text = next(t for t in stream_text(NB) if "largest change of the core" in t)
     assert "a = 1: largest change of the core 0.0e+00" in text
     change = np.max(np.abs(lneps.layer_norm([1e-3, 2e-3, 3e-3]) - lneps.layer_norm([1.0, 2.0, 3.0])))
     assert f"a = 0.001: largest change of the core {change:.1e}" in text

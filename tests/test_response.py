@@ -1,8 +1,9 @@
 """lneps.response: the (-t, 0, t) family derived by SymPy, computed by lneps, and drawn.
 
-The SymPy results are compared with the seed's closed forms by proving the difference is 0;
-the numeric functions and the data of the plotted lines are compared with those closed forms
-evaluated independently in NumPy; the regenerated figure is compared with the committed PNG.
+The SymPy results are compared with the article's closed forms by proving the difference is
+0; the numeric functions and the data of the plotted lines are compared with those closed
+forms evaluated independently in NumPy; the regenerated figure is compared with the
+committed PNG, and its size and text with what the book's layout needs.
 """
 
 import math
@@ -12,17 +13,19 @@ import pytest
 import sympy as sp
 from matplotlib.lines import Line2D
 from matplotlib.testing.compare import compare_images
+from PIL import Image
 
 import lneps
+from lneps import figures
 from lneps import response as resp
 from notebooks import BOOK
 
 t, eps = resp.T, resp.EPSILON
 FIGURE = BOOK / "figures" / resp.FIGURE_NAME
 
-# The seed's formulas, typed here (and only here) to check what SymPy derived.
-SEED_H = t / sp.sqrt(2 * t**2 / 3 + eps)
-SEED_DH = eps / (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)
+# The article's formulas, typed here (and only here) to check what SymPy derived.
+ARTICLE_H = t / sp.sqrt(2 * t**2 / 3 + eps)
+ARTICLE_DH = eps / (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)
 
 
 def h_closed(x, e):
@@ -42,17 +45,17 @@ def test_statistics_of_the_family():
     assert sp.simplify(q - 2 * t**2 / 3) == 0
 
 
-def test_derived_response_is_the_seeds():
-    assert sp.simplify(resp.derive_response() - SEED_H) == 0
+def test_derived_response_is_the_articles():
+    assert sp.simplify(resp.derive_response() - ARTICLE_H) == 0
     core = resp.family_core()
-    assert sp.simplify(core[0] + SEED_H) == 0 and core[1] == 0
+    assert sp.simplify(core[0] + ARTICLE_H) == 0 and core[1] == 0
 
 
-def test_derived_sensitivity_is_the_seeds_and_the_derivative():
+def test_derived_sensitivity_is_the_articles_and_the_derivative():
     dh = resp.derive_sensitivity()
-    assert sp.simplify(dh - SEED_DH) == 0
-    assert sp.simplify(dh - sp.diff(SEED_H, t)) == 0
-    # Written over (q + eps)^(3/2) with the numerator eps, as the seed writes it.
+    assert sp.simplify(dh - ARTICLE_DH) == 0
+    assert sp.simplify(dh - sp.diff(ARTICLE_H, t)) == 0
+    # Written over (q + eps)^(3/2) with the numerator eps, as the article writes it.
     assert sp.simplify(dh * (2 * t**2 / 3 + eps) ** sp.Rational(3, 2)) == eps
 
 
@@ -82,7 +85,7 @@ def test_saturation_point():
     f = resp.F
     assert sp.simplify(t_f**2 - 3 * eps * f**2 / (2 * (1 - f**2))) == 0
     # the response at t_f is f times its limit
-    assert sp.simplify(SEED_H.subs(t, t_f) - f * sp.sqrt(6) / 2) == 0
+    assert sp.simplify(ARTICLE_H.subs(t, t_f) - f * sp.sqrt(6) / 2) == 0
     assert resp.saturation_point(0.9, 0.01) == pytest.approx(math.sqrt(1.5 * 0.01 * 0.81 / 0.19))
     assert h_closed(resp.saturation_point(0.5, 0.3), 0.3) == pytest.approx(0.5 * math.sqrt(1.5))
 
@@ -209,12 +212,22 @@ def _lines(fig, prefix):
             if (ln.get_gid() or "").startswith(prefix)}
 
 
-def test_figure_layout_and_title(fig):
+def test_figure_layout_and_size(fig):
     assert len(fig.axes) == 2
-    assert fig.get_suptitle() == resp.TITLE
     assert "unit gains and zero biases" in resp.TITLE and "$(-t, 0, t)$" in resp.TITLE
-    assert tuple(fig.get_size_inches()) == resp.FIGSIZE
+    # Drawn at the size the page shows it, narrow enough for a phone (lneps.figures).
+    assert tuple(fig.get_size_inches()) == resp.FIGSIZE == (5.6, 6.4)
+    assert resp.WIDTH_PX <= figures.MAX_WIDTH
+    assert figures.smallest_text_pt(fig) >= figures.MIN_TEXT_PT
     assert fig.axes[1].get_yscale() == "log"
+    # Stacked: the response above the sensitivity, sharing t.
+    top, bottom = (ax.get_position() for ax in fig.axes)
+    assert top.y0 > bottom.y1
+
+
+def test_each_epsilon_has_its_own_colour_and_line_style(fig):
+    lines = _lines(fig, "response").values()
+    assert len({ln.get_color() for ln in lines}) == len({ln.get_linestyle() for ln in lines}) == len(resp.EPS_VALUES)
 
 
 @pytest.mark.parametrize("kind, closed", [("response", h_closed), ("sensitivity", dh_closed)])
@@ -244,6 +257,14 @@ def test_regenerated_figure_matches_the_committed_png(tmp_path):
     assert FIGURE.exists(), "run `make notebooks NB=book/response_figure.ipynb`"
     new = resp.save_response_figure(tmp_path / resp.FIGURE_NAME)
     assert compare_images(str(FIGURE), str(new), tol=0.5) is None
+
+
+def test_the_png_records_its_size_for_the_page():
+    # Twice the design resolution, stamped with the design width and the smallest text.
+    image = Image.open(FIGURE)
+    assert image.size == (2 * resp.WIDTH_PX, 2 * resp.HEIGHT_PX)
+    assert image.info["lneps:css-width"] == str(resp.WIDTH_PX)
+    assert float(image.info["lneps:min-text-px"]) >= figures.MIN_TEXT_PT * 100 / 72 - 0.01
 
 
 def test_saving_twice_gives_the_same_bytes(tmp_path, fig):

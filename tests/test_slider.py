@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lneps
-from lneps.slider import BASE_TOKEN, TokenSlider, grid_axis, slider_values, token_slider
+from lneps.slider import BASE_TOKEN, TokenSlider, grid_axis, nice_axis, slider_values, token_slider
 from notebooks import glued, read
 
 NB = "layer_norm_by_hand.ipynb"
 
 
 def embedded_data(html: str) -> dict:
-    match = re.search(r"var D = (\{.*?\});\n", html)
+    match = re.search(r'<script type="application/json" data-role="data">(\{.*?\})</script>', html)
     assert match, "the slider's data literal is missing"
     return json.loads(match.group(1))
 
@@ -33,8 +33,8 @@ def slider():
 def test_grid_runs_through_negative_k_zero_and_the_seed_settings(slider):
     assert slider.ks.min() < 0 and 0.0 in slider.ks and 0.25 in slider.ks
     assert {1.0, -1.0} <= set(slider.ks.tolist())
-    assert {0.0, 3.0, 100.0} <= set(slider.cs.tolist())
-    assert slider.values.shape == (17, 201, 4)
+    assert {0.0, 3.0, 4.0, -4.0} <= set(slider.cs.tolist())
+    assert slider.values.shape == (17, 17, 4)
 
 
 def test_grid_axis_includes_both_ends_and_rejects_a_ragged_range():
@@ -124,7 +124,7 @@ def test_the_seed_points_equal_layer_norm(slider):
         (1.0, 0.0, [-1.342, -0.447, 0.447, 1.342]),
         (-1.0, 0.0, [1.342, 0.447, -0.447, -1.342]),
         (0.0, 3.0, [0.0, 0.0, 0.0, 0.0]),
-        (0.25, 100.0, [-1.342, -0.447, 0.447, 1.342]),
+        (0.25, 4.0, [-1.342, -0.447, 0.447, 1.342]),
     ]:
         i, j = np.flatnonzero(slider.ks == k)[0], np.flatnonzero(slider.cs == c)[0]
         assert slider.values[i, j].tolist() == expected
@@ -151,12 +151,45 @@ def test_no_negative_zero_is_stored(slider):
 
 def test_the_page_embeds_exactly_the_values(slider):
     data = embedded_data(slider.html())
-    assert (data["nk"], data["nc"]) == (17, 201)
+    assert (data["nk"], data["nc"]) == (17, 17)
     assert data["k"] == [-2, 2] and data["kstep"] == 0.25
-    assert data["c"] == [-100, 100] and data["cstep"] == 1
+    assert data["c"] == [-4, 4] and data["cstep"] == 0.5
     assert data["token"] == [2, 4, 6, 8] and data["digits"] == 3
-    assert np.array(data["y"]).reshape(17, 201, 4).tolist() == slider.values.tolist()
-    assert data["xmax"] == 116 and data["ymax"] == 1.342
+    assert np.array(data["y"]).reshape(17, 17, 4).tolist() == slider.values.tolist()
+    # Fixed axes: the largest token entry is 2 * 8 + 4 = 20, the largest normalized 1.342.
+    assert data["xaxis"] == {"max": 20, "ticks": [-20, -10, 0, 10, 20]}
+    assert data["yaxis"] == {"max": 1.5, "ticks": [-1.5, -1, -0.5, 0, 0.5, 1, 1.5]}
+
+
+def test_the_bars_of_k_1_are_a_readable_share_of_the_axis(slider):
+    # At k = 1, c = 0 the smallest entry, 2, is a tenth of the axis end (20): 10 % of the
+    # half-panel, 11 px of the 14rem (224 px) panel, where the old +-116 scale gave 2 px.
+    data = slider.data()
+    assert min(BASE_TOKEN) / data["xaxis"]["max"] >= 0.1
+
+
+@pytest.mark.parametrize("largest, end, ticks", [
+    (20, 20, [-20, -10, 0, 10, 20]), (1.342, 1.5, [-1.5, -1, -0.5, 0, 0.5, 1, 1.5]),
+    (116, 150, [-150, -100, -50, 0, 50, 100, 150]), (0.3, 0.3, [-0.3, -0.2, -0.1, 0, 0.1, 0.2, 0.3]),
+    (7, 8, [-8, -4, 0, 4, 8]), (0, 1, [-1, -0.5, 0, 0.5, 1]), (1, 1, [-1, -0.5, 0, 0.5, 1]),
+])
+def test_nice_axis(largest, end, ticks):
+    assert nice_axis(largest) == {"max": end, "ticks": ticks}
+
+
+def test_nice_axis_refuses_what_is_not_a_size():
+    for bad in (-1.0, float("nan"), float("inf"), "3"):
+        with pytest.raises(ValueError, match="largest must be a finite number"):
+            nice_axis(bad)
+
+
+def test_the_script_and_style_come_from_book_static(slider):
+    from lneps.slider import STATIC
+
+    html = slider.html()
+    js = (STATIC / "lneps-slider.js").read_text().strip()
+    css = (STATIC / "lneps-slider.css").read_text().strip()
+    assert f"<script>{js}</script>" in html and f"<style>{css}</style>" in html
 
 
 def test_markup_is_deterministic_offline_and_small(slider):
@@ -168,7 +201,7 @@ def test_markup_is_deterministic_offline_and_small(slider):
     # MathJax scans output areas: no TeX delimiters may appear in the widget.
     assert "$" not in html and "\\(" not in html
     assert repr(slider) == (
-        "TokenSlider(k from -2 to 2 step 0.25, c from -100 to 100 step 1, eps=1e-05)")
+        "TokenSlider(k from -2 to 2 step 0.25, c from -4 to 4 step 0.5, eps=1e-05)")
 
 
 def test_bad_arguments_are_named():
@@ -189,15 +222,15 @@ def test_chapter_1_shows_the_slider_and_quotes_its_numbers():
     ]
     assert len(shown) == 1 and shown[0] == token_slider().html()
     g = glued(NB)
-    assert g["slider_settings"] == 17 * 201
+    assert g["slider_settings"] == 17 * 17
     assert (g["slider_k_lo"], g["slider_k_hi"], g["slider_k_step"]) == (-2.0, 2.0, 0.25)
-    assert (g["slider_c_lo"], g["slider_c_hi"], g["slider_c_step"]) == (-100.0, 100.0, 1.0)
+    assert (g["slider_c_lo"], g["slider_c_hi"], g["slider_c_step"]) == (-4.0, 4.0, 0.5)
     assert g["slider_flip"] == "[1.342, 0.447, -0.447, -1.342]"
     assert g["slider_zero"] == "[0.000, 0.000, 0.000, 0.000]"
     assert g["slider_k_min_positive"] == 0.25
-    # The seed: every other setting moves the bars by less than 0.0001.
+    # The concept unit: every other setting moves the bars by less than 0.0001.
     ks = grid_axis(-2, 2, 0.25)[grid_axis(-2, 2, 0.25) > 0]
-    cs = grid_axis(-100, 100, 1)
+    cs = grid_axis(-4, 4, 0.5)
     change = np.max(np.abs(
         lneps.layer_norm(ks[:, None, None] * np.array(BASE_TOKEN) + cs[None, :, None])
         - lneps.layer_norm(np.array(BASE_TOKEN))
@@ -209,6 +242,6 @@ def test_chapter_1_shows_the_slider_and_quotes_its_numbers():
 def test_eps_zero_shows_nan_only_for_the_constant_token():
     s = token_slider(k=(-1.0, 1.0, 0.5), c=(0.0, 2.0, 1.0), eps=0.0)
     data = s.data()
-    assert data["ymax"] == 1.342
+    assert data["yaxis"]["max"] == 1.5
     assert np.isnan(s.values[2]).all()  # k = 0: 0/0, Ba et al.'s unstabilized formula
     assert not np.isnan(np.delete(s.values, 2, axis=0)).any()

@@ -1,68 +1,83 @@
 r"""The epsilon of real frameworks and models: library defaults, released checkpoints, sources.
 
-The data are the verified facts of the book (each row names the file it was read from and the
-``references.bib`` key that cites it). Two things are kept apart on purpose:
+The facts are data, installed with the package and read by small loaders:
+
+* ``data/framework_defaults.toml``: one row per layer or configuration class, with the file
+  its value was read from and the ``references.bib`` key that cites it (:data:`DEFAULTS`,
+  :func:`load_defaults`);
+* ``data/stability_note_table.toml``: the table of defaults of the stability note,
+  "Numerical Stability in Normalization – The Epsilon Problem", transcribed verbatim
+  (:data:`NOTE_TABLE`, :func:`load_note_table`).
+
+Two things are kept apart on purpose:
 
 * the **library default**: what a layer or config class uses when nobody passes a value
   (``LlamaConfig.rms_norm_eps`` is ``1e-6``);
 * the **released value**: what a published checkpoint's ``config.json`` (or the authors'
   reference code) sets (the released Llama 2 and 3 configs say ``1e-05``).
 
-:data:`SEED_TABLE` is seed 004's six-row table; :func:`compare_seed` says which of its rows are
-right, right only for the released checkpoints, or wrong.
+:func:`check_note_table` judges each row of the note's table against the row it names: its
+value (right, right only for the released checkpoints, right only for the library default, or
+wrong) and its name (does the label name the framework or model the value belongs to?).
 
-The consequences of swapping one epsilon for another are closed forms. For a row with
-statistic :math:`q` (the biased variance for layer norm, the mean square for RMS norm) the
-normalized output is :math:`v/\sqrt{q+\varepsilon}` with :math:`v` independent of
-:math:`\varepsilon`, so changing :math:`\varepsilon_a \to \varepsilon_b` multiplies the whole
-row by :math:`\sqrt{(q+\varepsilon_a)/(q+\varepsilon_b)}`.
+What swapping one of these values for another does to a row is :mod:`lneps.eps_swap`
+(its functions are importable from here too).
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_axis, check_eps, check_real
-from .norms import layer_norm, rms_norm
-from .rounded import mean_and_variance
+from ._checks import check_eps
+from .eps_swap import (  # noqa: F401  (re-exported: code written before the split imports them here)
+    KINDS,
+    predicted_relative_change,
+    relative_change,
+    row_statistic,
+    statistic_for_relative_change,
+)
 
 __all__ = [
     "Released",
     "EpsDefault",
-    "SeedRow",
+    "NoteRow",
     "Verdict",
     "DEFAULTS",
-    "SEED_TABLE",
+    "NOTE_TABLE",
+    "NOTE_TITLE",
     "VERDICTS",
     "KINDS",
+    "load_defaults",
+    "load_note_table",
     "by_key",
     "torch_rmsnorm_eps",
     "effective_eps",
     "stored_eps",
     "verdict",
-    "compare_seed",
+    "names_match",
+    "check_note_table",
     "fmt_eps",
+    "tex_eps",
     "defaults_markdown",
-    "seed_markdown",
+    "note_table_markdown",
     "SAME_EPS_RTOL",
-    "row_statistic",
-    "predicted_relative_change",
-    "relative_change",
-    "statistic_for_relative_change",
 ]
 
-KINDS = ("LayerNorm", "RMSNorm")
 
-# The four answers compare_seed can give, from best to worst.
+# The answers check_note_table can give, from best to worst.
 RIGHT = "right"
+MISNAMED = "right value, wrong name"
 RELEASED_ONLY = "right for released checkpoints only"
 LIBRARY_ONLY = "right for the library default only"
 WRONG = "wrong"
-VERDICTS = (RIGHT, RELEASED_ONLY, LIBRARY_ONLY, WRONG)
+VERDICTS = (RIGHT, MISNAMED, RELEASED_ONLY, LIBRARY_ONLY, WRONG)
 
 
 @dataclass(frozen=True)
@@ -80,9 +95,11 @@ class EpsDefault:
     """One layer or config class and its epsilon.
 
     ``library_default`` is ``None`` when the parameter's default is ``None`` and the layer picks
-    a value at run time (``torch.nn.RMSNorm``: see :func:`effective_eps`). ``attribute_dtype``
-    names the format the value is stored in when it is not a 64-bit Python float (ONNX
-    attributes are float32). ``released`` is empty for libraries that ship no checkpoint.
+    a value at run time (``torch.nn.RMSNorm``: see :func:`effective_eps`). ``model`` is the
+    model family a configuration class is for (``"Llama"`` for ``LlamaConfig``).
+    ``attribute_dtype`` names the format the value is stored in when it is not a 64-bit Python
+    float (ONNX attributes are float32). ``released`` is empty for libraries that ship no
+    checkpoint.
     """
 
     key: str
@@ -95,6 +112,7 @@ class EpsDefault:
     cite: str
     released: tuple[Released, ...] = ()
     attribute_dtype: str | None = None
+    model: str = ""
     note: str = ""
 
     def __post_init__(self):
@@ -108,121 +126,189 @@ class EpsDefault:
 
 
 @dataclass(frozen=True)
-class SeedRow:
-    """One row of seed 004's table and the fact row (``matches``, a key of DEFAULTS) it names."""
+class NoteRow:
+    """One row of the stability note's table of defaults: its label, the epsilon it gives,
+    the framework or model the label names (``names``), and the key of the :data:`DEFAULTS`
+    row it is judged against (``matches``)."""
 
     label: str
     eps: float
+    names: str
     matches: str
-    note: str = ""
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A seed row judged against its fact row."""
+    """A row of the note's table judged against its fact row: ``value`` is the
+    :func:`verdict` on the epsilon, ``name_right`` whether the label names the framework or
+    model the value belongs to (:func:`names_match`)."""
 
-    seed: SeedRow
+    claim: NoteRow
     fact: EpsDefault
-    verdict: str
+    value: str
+    name_right: bool
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`VERDICTS`: the value's verdict, or ``"right value, wrong name"``."""
+        return MISNAMED if self.value == RIGHT and not self.name_right else self.value
+
+    @property
+    def explanation(self) -> str:
+        """What is wrong with the row, in a few words of MyST (values as math); empty when
+        it is right."""
+        parts = []
+        if not self.name_right:
+            parts.append(f"the layer is {self.fact.where}'s, not {self.claim.names}'s")
+        default = f"${tex_eps(effective_eps(self.fact))}$"
+        if self.value == RELEASED_ONLY:
+            parts.append(f"`{self.fact.layer}()` gives {default}")
+        elif self.value == LIBRARY_ONLY:
+            released = ", ".join(tex_eps(v) for v in self.fact.released_values)
+            parts.append(f"released checkpoints use ${released}$")
+        elif self.value == WRONG:
+            parts.append(f"the default is {default}")
+        return "; ".join(parts)
 
 
-_PT = "pytorch/pytorch: torch/nn/modules/normalization.py"
-_HF = "huggingface/transformers: src/transformers/models/"
+# --- the data files ---------------------------------------------------------------------
 
-DEFAULTS: tuple[EpsDefault, ...] = (
-    EpsDefault(
-        "torch-layernorm", "PyTorch", "torch.nn.LayerNorm", "eps", 1e-5, "LayerNorm",
-        _PT, "pytorch-layernorm",
-        note="biased variance, eps inside the square root",
-    ),
-    EpsDefault(
-        "torch-rmsnorm", "PyTorch", "torch.nn.RMSNorm", "eps", None, "RMSNorm",
-        _PT, "pytorch-rmsnorm",
-        note="eps=None: machine epsilon of the computation type, finfo(float32).eps "
-        "for float16, bfloat16 and float32 input",
-    ),
-    EpsDefault(
-        "keras-layernorm", "Keras (tf.keras)", "keras.layers.LayerNormalization", "epsilon",
-        1e-3, "LayerNorm",
-        "keras-team/keras: keras/src/layers/normalization/layer_normalization.py",
-        "keras-layernormalization",
-    ),
-    EpsDefault(
-        "flax-layernorm", "Flax", "flax.linen.LayerNorm", "epsilon", 1e-6, "LayerNorm",
-        "google/flax: flax/linen/normalization.py", "flax-normalization",
-        note="statistics computed in at least float32",
-    ),
-    EpsDefault(
-        "flax-rmsnorm", "Flax", "flax.linen.RMSNorm", "epsilon", 1e-6, "RMSNorm",
-        "google/flax: flax/linen/normalization.py", "flax-normalization",
-    ),
-    EpsDefault(
-        "onnx-layernorm", "ONNX", "LayerNormalization (opset 17)", "epsilon", 1e-5, "LayerNorm",
-        "onnx/onnx: onnx/defs/nn/defs.cc", "onnx-layernormalization",
-        attribute_dtype="float32",
-        note="stash_type float32 for the statistics",
-    ),
-    EpsDefault(
-        "hf-bert", "Hugging Face", "BertConfig", "layer_norm_eps", 1e-12, "LayerNorm",
-        _HF + "bert/configuration_bert.py", "hf-bert-config",
-        released=(
-            Released("bert-base-uncased config.json", 1e-12,
-                     "google-bert/bert-base-uncased: config.json", "hf-bert-base-uncased-json"),
-        ),
-    ),
-    EpsDefault(
-        "hf-gpt2", "Hugging Face", "GPT2Config", "layer_norm_epsilon", 1e-5, "LayerNorm",
-        _HF + "gpt2/configuration_gpt2.py", "hf-gpt2-config",
-        released=(
-            Released("gpt2 config.json", 1e-5,
-                     "openai-community/gpt2: config.json", "hf-gpt2-json"),
-            Released("OpenAI's src/model.py", 1e-5,
-                     "openai/gpt-2: src/model.py", "openai-gpt2-model"),
-        ),
-    ),
-    EpsDefault(
-        "hf-llama", "Hugging Face", "LlamaConfig", "rms_norm_eps", 1e-6, "RMSNorm",
-        _HF + "llama/configuration_llama.py", "hf-llama-config",
-        released=(
-            Released("Llama-2-7b-hf config.json", 1e-5,
-                     "meta-llama/Llama-2-7b-hf: config.json", "hf-llama2-7b-json"),
-            Released("Meta-Llama-3-8B config.json", 1e-5,
-                     "meta-llama/Meta-Llama-3-8B: config.json", "hf-llama3-8b-json"),
-            Released("Meta's llama/model.py (norm_eps)", 1e-5,
-                     "meta-llama/llama: llama/model.py", "meta-llama-model"),
-        ),
-        note="1e-6 is the LLaMA-1 value",
-    ),
-    EpsDefault(
-        "hf-mistral", "Hugging Face", "MistralConfig", "rms_norm_eps", 1e-6, "RMSNorm",
-        _HF + "mistral/configuration_mistral.py", "hf-mistral-config",
-        released=(
-            Released("Mistral-7B-v0.1 config.json", 1e-5,
-                     "mistralai/Mistral-7B-v0.1: config.json", "hf-mistral-7b-json"),
-        ),
-    ),
-    EpsDefault(
-        "hf-t5", "Hugging Face", "T5Config", "layer_norm_epsilon", 1e-6, "RMSNorm",
-        _HF + "t5/configuration_t5.py", "hf-t5-config",
-        note="T5's LayerNorm is RMS-style: no mean subtraction, no bias, variance in float32",
-    ),
-    EpsDefault(
-        "hf-gemma", "Hugging Face", "GemmaConfig", "rms_norm_eps", 1e-6, "RMSNorm",
-        _HF + "gemma/configuration_gemma.py", "hf-gemma-config",
-    ),
-)
+_DATA = resources.files(__package__) / "data"
+_DEFAULTS_FILE = "framework_defaults.toml"
+_NOTE_FILE = "stability_note_table.toml"
 
-SEED_TABLE: tuple[SeedRow, ...] = (
-    SeedRow("PyTorch LayerNorm", 1e-5, "torch-layernorm"),
-    SeedRow("TensorFlow LayerNorm", 1e-3, "keras-layernorm",
-            note="the value is Keras's: keras.layers.LayerNormalization (tf.keras)"),
-    SeedRow("Llama 2 / 3 (RMSNorm)", 1e-5, "hf-llama",
-            note="LlamaConfig() gives 1e-6, the LLaMA-1 value"),
-    SeedRow("Mistral (RMSNorm)", 1e-5, "hf-mistral",
-            note="MistralConfig() gives 1e-6"),
-    SeedRow("GPT-2 (LayerNorm)", 1e-5, "hf-gpt2"),
-    SeedRow("BERT (LayerNorm)", 1e-12, "hf-bert"),
-)
+_ROW_FIELDS = {  # field: (types allowed, required)
+    "key": (str, True), "where": (str, True), "layer": (str, True), "parameter": (str, True),
+    "library_default": ((int, float, str), True), "kind": (str, True), "source": (str, True),
+    "cite": (str, True), "released": (list, False), "attribute_dtype": (str, False),
+    "model": (str, False), "note": (str, False),
+}
+_RELEASED_FIELDS = {"name": (str, True), "value": ((int, float), True), "source": (str, True),
+                    "cite": (str, True)}
+_NOTE_FIELDS = {"label": (str, True), "eps": ((int, float), True), "names": (str, True),
+                "matches": (str, True)}
+
+
+def _read(path, default_name: str) -> tuple[dict, str]:
+    """The parsed TOML file and the name to report it by."""
+    source = _DATA / default_name if path is None else Path(path)
+    name = default_name if path is None else str(path)
+    try:
+        return tomllib.loads(source.read_text(encoding="utf-8")), name
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{name}: not valid TOML: {err}") from err
+
+
+def _fields(table, spec: dict, where: str) -> dict:
+    """``table`` checked against ``spec``: a dict, no unknown or missing field, right types."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must be a table of fields; got {table!r}")
+    unknown = set(table) - set(spec)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(spec)}")
+    for field, (types, required) in spec.items():
+        if field not in table:
+            if required:
+                raise ValueError(f"{where}: missing field {field!r}")
+            continue
+        if not isinstance(table[field], types) or isinstance(table[field], bool):
+            raise ValueError(f"{where}: field {field!r} has the wrong type: {table[field]!r}")
+    return table
+
+
+def _rows(data: dict, name: str) -> list:
+    rows = data.get("row")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{name}: no [[row]] tables")
+    return rows
+
+
+def _positive_eps(value: float, where: str) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{where}: epsilon must be a positive finite number; got {value!r}")
+    return value
+
+
+def _named(table, where: str, name_field: str) -> str:
+    """``where`` with the row's own name appended, when it has one."""
+    if isinstance(table, dict) and isinstance(table.get(name_field), str):
+        return f"{where} ({table[name_field]!r})"
+    return where
+
+
+def _default_row(table, where: str) -> EpsDefault:
+    where = _named(table, where, "key")
+    t = _fields(table, _ROW_FIELDS, where)
+    default = t["library_default"]
+    if isinstance(default, str):
+        if default != "None":
+            raise ValueError(f"{where}: library_default must be a number or the string "
+                             f"\"None\"; got {default!r}")
+        default = None
+    else:
+        default = _positive_eps(float(default), where)
+    released = []
+    for j, rel in enumerate(t.get("released", [])):
+        r = _fields(rel, _RELEASED_FIELDS, f"{where}, released {j + 1}")
+        released.append(Released(r["name"], _positive_eps(float(r["value"]), where), r["source"],
+                                 r["cite"]))
+    dtype = t.get("attribute_dtype")
+    if dtype is not None:
+        try:
+            np.dtype(dtype)
+        except TypeError as err:
+            raise ValueError(f"{where}: attribute_dtype {dtype!r} is not a NumPy dtype") from err
+    try:
+        return EpsDefault(t["key"], t["where"], t["layer"], t["parameter"], default, t["kind"],
+                          t["source"], t["cite"], tuple(released), dtype,
+                          t.get("model", ""), t.get("note", ""))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from err
+
+
+def load_defaults(path=None) -> tuple[EpsDefault, ...]:
+    """The rows of a framework-defaults file (default: the package's
+    ``data/framework_defaults.toml``), in file order.
+
+    Every row is checked before any is returned: a missing or unknown field, a wrong type, a
+    non-positive epsilon, an unknown ``kind`` or a repeated ``key`` is a ``ValueError`` that
+    names the file and the row.
+    """
+    data, name = _read(path, _DEFAULTS_FILE)
+    rows = tuple(_default_row(t, f"{name}, row {i + 1}") for i, t in enumerate(_rows(data, name)))
+    keys = [r.key for r in rows]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"{name}: repeated key(s) {repeated}")
+    return rows
+
+
+def load_note_table(path=None, rows: tuple[EpsDefault, ...] | None = None):
+    """``(title, rows)`` of a note-table file (default: the package's
+    ``data/stability_note_table.toml``): the table's title and its :class:`NoteRow` rows.
+
+    Each row's ``matches`` must be a key of ``rows`` (default :data:`DEFAULTS`); a bad row is a
+    ``ValueError`` naming the file and the row.
+    """
+    data, name = _read(path, _NOTE_FILE)
+    title = data.get("title")
+    if not isinstance(title, str):
+        raise ValueError(f"{name}: missing the string field 'title'")
+    keys = {r.key for r in (DEFAULTS if rows is None else rows)}
+    out = []
+    for i, table in enumerate(_rows(data, name)):
+        where = _named(table, f"{name}, row {i + 1}", "label")
+        t = _fields(table, _NOTE_FIELDS, where)
+        if t["matches"] not in keys:
+            raise ValueError(f"{where}: matches {t['matches']!r}, which is not a key of the "
+                             f"defaults; known: {sorted(keys)}")
+        out.append(NoteRow(t["label"], _positive_eps(float(t["eps"]), where), t["names"],
+                           t["matches"]))
+    return title, tuple(out)
+
+
+DEFAULTS: tuple[EpsDefault, ...] = load_defaults()
+NOTE_TITLE, NOTE_TABLE = load_note_table()
 
 
 def by_key(key: str, rows: tuple[EpsDefault, ...] = DEFAULTS) -> EpsDefault:
@@ -278,8 +364,10 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=SAME_EPS_RTOL, abs_tol=0.0)
 
 
-def verdict(seed_eps: float, row: EpsDefault) -> str:
-    """Judge a claimed "default" against ``row``: one of :data:`VERDICTS`.
+def verdict(claimed_eps: float, row: EpsDefault) -> str:
+    """Judge a claimed "default" epsilon against ``row``: one of ``"right"``,
+    ``"right for released checkpoints only"``, ``"right for the library default only"`` or
+    ``"wrong"``.
 
     Right when it is both the library default and every released value (or there is no
     release); right for released checkpoints only when it matches them but not the library
@@ -290,10 +378,10 @@ def verdict(seed_eps: float, row: EpsDefault) -> str:
     ``1e-5``, ``1e-05`` and ``10**-5`` all match, while ONNX's float32 ``9.999999747e-06``
     (relative difference 2.5e-8) does not.
     """
-    seed_eps = check_eps(seed_eps)
-    library = _same(seed_eps, effective_eps(row))
+    claimed_eps = check_eps(claimed_eps)
+    library = _same(claimed_eps, effective_eps(row))
     released = row.released_values
-    matches_release = bool(released) and all(_same(seed_eps, v) for v in released)
+    matches_release = bool(released) and all(_same(claimed_eps, v) for v in released)
     if library and (not released or matches_release):
         return RIGHT
     if matches_release:
@@ -303,13 +391,25 @@ def verdict(seed_eps: float, row: EpsDefault) -> str:
     return WRONG
 
 
-def compare_seed(seed: tuple[SeedRow, ...] = SEED_TABLE,
-                 rows: tuple[EpsDefault, ...] = DEFAULTS) -> tuple[Verdict, ...]:
-    """Each seed row with the fact row it names and its :func:`verdict`."""
+def names_match(names: str, row: EpsDefault) -> bool:
+    """Whether a label that names ``names`` (a framework or model) names ``row``: the row's
+    framework (``where``) or, for a configuration class, its model family (``model``)
+    occurs in it. ``"Llama 2 / 3"`` names ``LlamaConfig`` (model ``"Llama"``);
+    ``"TensorFlow"`` does not name Keras's layer."""
+    return any(word and word.casefold() in names.casefold() for word in (row.where, row.model))
+
+
+def check_note_table(table: tuple[NoteRow, ...] | None = None,
+                     rows: tuple[EpsDefault, ...] | None = None) -> tuple[Verdict, ...]:
+    """Each row of the stability note's table (default :data:`NOTE_TABLE`) with the fact row
+    it names (from ``rows``, default :data:`DEFAULTS`), judged on its value (:func:`verdict`)
+    and its name (:func:`names_match`)."""
+    table = NOTE_TABLE if table is None else table
+    rows = DEFAULTS if rows is None else rows
     out = []
-    for s in seed:
-        fact = by_key(s.matches, rows)
-        out.append(Verdict(s, fact, verdict(s.eps, fact)))
+    for claim in table:
+        fact = by_key(claim.matches, rows)
+        out.append(Verdict(claim, fact, verdict(claim.eps, fact), names_match(claim.names, fact)))
     return tuple(out)
 
 
@@ -322,23 +422,48 @@ def fmt_eps(value: float) -> str:
     return f"{value:.3g}" if value >= 1e-4 else f"{value:.2e}"
 
 
+def tex_eps(value: float, digits: int = 3) -> str:
+    r"""``value`` as TeX for a table cell: ``10^{-5}``, or ``1.19 \times 10^{-7}`` to ``digits``
+    significant digits. Typeset as math, a number never breaks across lines."""
+    if value <= 0 or not math.isfinite(value):
+        return f"{value:g}"
+    k = round(math.log10(value))
+    if _same(value, 10.0**k):
+        return f"10^{{{k}}}"
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    return rf"{mantissa} \times 10^{{{int(exponent)}}}"
+
+
 def _cite(key: str) -> str:
     return "{cite}`" + key + "`"
 
 
+def _math(tex: str) -> str:
+    return f"${tex}$"
+
+
 def _default_cell(row: EpsDefault) -> str:
     if row.library_default is None:
-        return (f"`None` → `finfo(float32).eps` = {fmt_eps(torch_rmsnorm_eps(np.float32))}")
-    text = fmt_eps(row.library_default)
+        eps = torch_rmsnorm_eps(np.float32)
+        return (f"`None`: float32's machine epsilon, "
+                f"{_math(f'2^{{{round(math.log2(eps))}}} = ' + tex_eps(eps))}")
+    text = _math(tex_eps(row.library_default))
     if row.attribute_dtype is not None:
-        text += f" (as {row.attribute_dtype}: {stored_eps(row):.9e})"
+        text += f", stored as {row.attribute_dtype}: {_math(tex_eps(stored_eps(row), 10))}"
     return text
 
 
 def _released_cell(row: EpsDefault) -> str:
     if not row.released:
         return "–"
-    return "; ".join(f"{fmt_eps(r.value)} ({r.name} {_cite(r.cite)})" for r in row.released)
+    groups = {}
+    for r in row.released:
+        groups.setdefault(r.value, []).append(f"{r.name} {_cite(r.cite)}")
+    return "; ".join(f"{_math(tex_eps(v))} in " + _join(names) for v, names in groups.items())
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _md_table(header: list[str], body: list[list[str]]) -> str:
@@ -347,104 +472,29 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def defaults_markdown(rows: tuple[EpsDefault, ...] = DEFAULTS) -> str:
-    """A MyST markdown table of ``rows``: library default and released values in separate
-    columns, each source cited with a ``{cite}`` role."""
-    body = [
-        [f"{r.where} `{r.layer}`", f"`{r.parameter}`", r.kind, _default_cell(r),
-         _released_cell(r), f"`{r.source.partition(': ')[2] or r.source}` {_cite(r.cite)}"]
-        for r in rows
-    ]
-    header = ["where", "parameter", "kind", "library default", "released value", "source"]
-    return _md_table(header, body)
+def defaults_markdown(rows: tuple[EpsDefault, ...] | None = None, *, kind: str | None = None) -> str:
+    """A MyST markdown table of ``rows`` (default :data:`DEFAULTS`; only those of ``kind``
+    if given): the layer with its source cited by a ``{cite}`` role, its library default, and
+    the released values in a column of their own. Values are typeset as math."""
+    rows = DEFAULTS if rows is None else rows
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS} or None; got {kind!r}")
+    body = [[f"{r.where} `{r.layer}` (`{r.parameter}`) {_cite(r.cite)}", _default_cell(r),
+             _released_cell(r)]
+            for r in rows if kind is None or r.kind == kind]
+    return _md_table(["layer", "default ε", "released checkpoints"], body)
 
 
-def seed_markdown(verdicts: tuple[Verdict, ...] | None = None) -> str:
-    """A MyST markdown table of seed 004's rows beside the facts and the verdict on each."""
-    verdicts = compare_seed() if verdicts is None else verdicts
+def note_table_markdown(verdicts: tuple[Verdict, ...] | None = None) -> str:
+    """A MyST markdown table of the stability note's rows (default: :func:`check_note_table`),
+    each beside the facts of the row it names and its verdict."""
+    verdicts = check_note_table() if verdicts is None else verdicts
     body = []
     for v in verdicts:
-        released = ", ".join(fmt_eps(x) for x in v.fact.released_values) or "–"
-        body.append([v.seed.label, fmt_eps(v.seed.eps),
-                     f"{_default_cell(v.fact)} (`{v.fact.layer}` {_cite(v.fact.cite)})",
-                     released, f"**{v.verdict}**", v.seed.note or "–"])
-    header = ["seed row", "seed ε", "library default", "released value", "verdict", "note"]
-    return _md_table(header, body)
-
-
-def row_statistic(x, *, kind: str = "LayerNorm", axis: int = -1) -> np.ndarray:
-    r"""The per-row :math:`q` the epsilon is added to: the biased variance (``"LayerNorm"``)
-    or the mean square (``"RMSNorm"``), in float64, one number per row (``axis`` removed).
-
-    The variance is :func:`lneps.precision.mean_and_variance` in float64 (two-pass, divisor
-    d); the mean square :math:`\frac1d\sum_i x_i^2` has no other home in the package.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
-    arr, _ = as_float_array(x)
-    axis = check_axis(arr, axis)
-    xw = arr.astype(np.float64)
-    if kind == "LayerNorm":
-        _, q = mean_and_variance(xw, dtype=np.float64, axis=axis)
-        return np.squeeze(q, axis=axis)
-    return (xw * xw).mean(axis=axis)
-
-
-def predicted_relative_change(q, eps_from: float, eps_to: float) -> np.ndarray:
-    r"""Closed form of the relative change of a normalized row when :math:`\varepsilon_a`
-    (``eps_from``) is replaced by :math:`\varepsilon_b` (``eps_to``):
-
-    .. math:: \left|\sqrt{\frac{q+\varepsilon_a}{q+\varepsilon_b}} - 1\right|
-              \approx \frac{|\varepsilon_b-\varepsilon_a|}{2q} \quad (q \gg \varepsilon).
-    """
-    eps_from, eps_to = check_eps(eps_from), check_eps(eps_to)
-    q = np.asarray(q, dtype=np.float64)
-    if np.any(q < 0):
-        raise ValueError("q must be >= 0 (a variance or a mean square)")
-    # (a - b) / (sqrt(a) (sqrt(a) + sqrt(b))) is sqrt(a/b) - 1 without cancellation near 1.
-    a, b = q + eps_from, q + eps_to
-    return np.abs((a - b) / (np.sqrt(b) * (np.sqrt(a) + np.sqrt(b))))
-
-
-def relative_change(x, eps_from: float, eps_to: float, *, kind: str = "LayerNorm",
-                    axis: int = -1) -> np.ndarray:
-    r"""Measured relative change per row, :math:`\|N_b(x) - N_a(x)\|_2 / \|N_a(x)\|_2`, with
-    :math:`N` the package's ``layer_norm`` or ``rms_norm`` (float64) at the two epsilons.
-
-    A row whose :math:`N_a` is all zero (a constant row under layer norm) gives NaN.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
-    arr, _ = as_float_array(x)
-    axis = check_axis(arr, axis)
-    norm = layer_norm if kind == "LayerNorm" else rms_norm
-    xw = arr.astype(np.float64)
-    a = norm(xw, eps=eps_from, axis=axis)
-    b = norm(xw, eps=eps_to, axis=axis)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.linalg.norm(b - a, axis=axis) / np.linalg.norm(a, axis=axis)
-
-
-def statistic_for_relative_change(change: float, eps_from: float, eps_to: float) -> float:
-    r"""The row statistic :math:`q` at which swapping ``eps_from`` for ``eps_to`` changes the
-    output by exactly the relative amount ``change``: the inverse of
-    :func:`predicted_relative_change`. Rows with a smaller :math:`q` change by more.
-
-    With :math:`s = 1 - c` when :math:`\varepsilon_b > \varepsilon_a` (the output shrinks) and
-    :math:`s = 1 + c` otherwise, :math:`(q+\varepsilon_a)/(q+\varepsilon_b) = s^2` gives
-    :math:`q = (\varepsilon_b s^2 - \varepsilon_a)/(1 - s^2)`.
-    """
-    eps_from, eps_to = check_eps(eps_from), check_eps(eps_to)
-    if eps_from == eps_to:
-        raise ValueError("eps_from and eps_to must differ: equal epsilons change nothing")
-    change = check_real(change, "change")
-    if not 0 < change < math.inf:  # also rejects NaN
-        raise ValueError(f"change must be a positive finite number; got {change!r}")
-    largest = float(predicted_relative_change(0.0, eps_from, eps_to))  # reached at q = 0
-    if change >= largest:
-        raise ValueError(
-            f"change must be below {largest:.6g}, the change of a constant row (q = 0); "
-            f"got {change!r}"
-        )
-    s = 1.0 - change if eps_to > eps_from else 1.0 + change
-    return (eps_to * s * s - eps_from) / (1.0 - s * s)
+        facts = f"`{v.fact.layer}` {_cite(v.fact.cite)}: {_default_cell(v.fact)}"
+        if v.fact.released:
+            released = ", ".join(tex_eps(x) for x in v.fact.released_values)
+            facts += f"; released: {_math(released)}"
+        verdict_text = f"**{v.verdict}**" + (f": {v.explanation}" if v.explanation else "")
+        body.append([v.claim.label, _math(tex_eps(v.claim.eps)), facts, verdict_text])
+    return _md_table(["the note's row", "its ε", "the facts", "verdict"], body)

@@ -11,7 +11,9 @@ import numpy as np
 
 from .survey import worst_over_d
 
-__all__ = ["fmt_vec", "decimal_place", "fmt_ulp", "ulp_table", "text_table"]
+__all__ = ["fmt_vec", "decimal_place", "sci", "fmt_ulp", "ulp_table", "text_table"]
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
 def fmt_vec(x, digits: int = 3) -> str:
@@ -31,6 +33,22 @@ def decimal_place(delta: float) -> int:
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1); got {delta!r}")
     return int(np.floor(-np.log10(delta))) + 1
+
+
+def sci(x: float, digits: int = 1) -> str:
+    """``x`` in scientific notation for prose: ``sci(1.3282e-06) == "1.3 × 10⁻⁶"``.
+
+    ``digits`` decimals of the mantissa; a mantissa of exactly 1 with ``digits=0`` is left
+    out (``sci(1e-5, 0) == "10⁻⁵"``); 0, inf and NaN print as ``0``, ``inf``, ``nan``.
+    """
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    mantissa, exponent = f"{x:.{digits}e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    if mantissa.lstrip("-") == "1":
+        return ("−" if mantissa.startswith("-") else "") + power
+    return f"{mantissa.replace('-', '−')} × {power}"
 
 
 def fmt_ulp(v: float) -> str:

@@ -10,13 +10,14 @@ coordinate of the normalized core :math:`u_\varepsilon(z) = v/\sqrt{q+\varepsilo
 
 SymPy derives both from the definition (nothing here types them in), together with the limits
 :math:`\pm\sqrt{3/2}` and the peak sensitivity :math:`h'_\varepsilon(0) = \varepsilon^{-1/2}`.
-The numeric functions draw the two-panel figure of seed 000: the response is computed by
-:func:`lneps.layer_norm` itself, the sensitivity from the derived closed form. Gains are 1 and
-biases 0 throughout.
+The numeric functions draw the two-panel figure of the article "Layer-normalization
+epsilon": the response is computed by :func:`lneps.layer_norm` itself, the sensitivity from
+the derived closed form. Gains are 1 and biases 0 throughout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -27,8 +28,10 @@ import matplotlib as mpl
 import matplotlib.style
 import numpy as np
 import sympy as sp
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from . import figures
 from ._checks import as_float_array, check_eps, check_real
 from .norms import layer_norm
 from .symbolic import definition
@@ -55,8 +58,9 @@ __all__ = [
     "T_MAX",
     "N_POINTS",
     "FIGURE_NAME",
+    "WIDTH_PX",
+    "HEIGHT_PX",
     "FIGSIZE",
-    "DPI",
     "TITLE",
     "response_figure",
     "save_response_figure",
@@ -65,7 +69,7 @@ __all__ = [
 #: The family parameter and the epsilon of the derivations (eps > 0: the family's t = 0 is a
 #: constant input, where the core is defined only because eps is positive).
 T = sp.Symbol("t", real=True)
-EPSILON = sp.Symbol("epsilon", positive=True)
+EPSILON = sp.Symbol("varepsilon", positive=True)  # printed as the book writes it: \varepsilon
 
 
 @functools.cache
@@ -231,12 +235,12 @@ N_POINTS = 2001
 #: and few enough that a mistyped ``n`` cannot exhaust memory.
 _MAX_POINTS = 1_000_001
 FIGURE_NAME = "layer-normalization-epsilon-response.png"
-FIGSIZE = (9.0, 3.8)
-DPI = 100
+#: The size the page shows the figure, in CSS px: the two panels stacked, narrow enough that a
+#: phone shows its text at 9 px or more (:mod:`lneps.figures`).
+WIDTH_PX, HEIGHT_PX = 560, 640
+FIGSIZE = (WIDTH_PX / figures.CSS_PX_PER_INCH, HEIGHT_PX / figures.CSS_PX_PER_INCH)
+#: The article's title for the figure, which the book's caption quotes.
 TITLE = "Layer-normalization response and sensitivity for $(-t, 0, t)$; unit gains and zero biases"
-# Matplotlib writes its version into the PNG's Software field; drop it so the bytes depend on
-# the drawing only.
-_PNG_METADATA = {"Software": None}
 
 
 def _grid(t_max: float, n: int) -> np.ndarray:
@@ -246,12 +250,15 @@ def _grid(t_max: float, n: int) -> np.ndarray:
 
 
 def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_POINTS) -> Figure:
-    r"""The two-panel figure: :math:`h_\varepsilon(t)` (left) and :math:`h'_\varepsilon(t)`
-    (right, log scale) for each ``eps_values``, dashed lines at :math:`\pm\sqrt{3/2}`.
+    r"""The two-panel figure: :math:`h_\varepsilon(t)` (top) and :math:`h'_\varepsilon(t)`
+    (bottom, log scale) for each ``eps_values``, dashed lines at :math:`\pm\sqrt{3/2}`;
+    :data:`WIDTH_PX` x :data:`HEIGHT_PX` CSS px in the book's figure style
+    (:data:`lneps.figures.STYLE`). Its title is the book's caption, :data:`TITLE`.
 
     Each data line carries ``gid`` ``"response eps=<eps>"`` or ``"sensitivity eps=<eps>"``, so
-    tests can find it. A bare :class:`~matplotlib.figure.Figure` (not pyplot): it is not
-    registered with pyplot, so a notebook does not show it unless asked, and it is drawn with
+    tests can find it; each value of epsilon has its own colour and line style. A bare
+    :class:`~matplotlib.figure.Figure` on an Agg canvas (not pyplot): it is not registered
+    with pyplot, so a notebook does not show it unless asked, and it is drawn with
     matplotlib's default style whatever the caller's rcParams are.
     """
     eps_values = tuple(check_eps(e) for e in eps_values)
@@ -267,34 +274,48 @@ def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_P
             f"n must be an odd number from 3 to {_MAX_POINTS} (so t = 0 is on the grid); got {n!r}")
     t = _grid(float(t_max), int(n))
     limit = float(response_limits()[1])
-    with mpl.style.context("default"):
-        fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-        ax_h, ax_dh = fig.subplots(1, 2)
+    with _style():
+        fig = Figure(figsize=FIGSIZE, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax_h, ax_dh = fig.subplots(2, 1, sharex=True)
         for i, eps in enumerate(eps_values):
-            label = rf"$\varepsilon = {eps:g}$"
-            ax_h.plot(t, response(t, eps), color=f"C{i}", label=label, gid=f"response eps={eps:g}")
-            ax_dh.plot(t, sensitivity(t, eps), color=f"C{i}", label=label, gid=f"sensitivity eps={eps:g}")
+            style = dict(color=f"C{i}", ls=_LINESTYLES[i % len(_LINESTYLES)],
+                         label=rf"$\varepsilon = {eps:g}$")
+            ax_h.plot(t, response(t, eps), gid=f"response eps={eps:g}", **style)
+            ax_dh.plot(t, sensitivity(t, eps), gid=f"sensitivity eps={eps:g}", **style)
         # Labels where the curves are not: upper left above +limit, lower right below -limit.
         for sign, name, va, ha in ((-1, "-", "top", "right"), (1, "+", "bottom", "left")):
             ax_h.axhline(sign * limit, color="0.4", ls="--", lw=1, gid=f"limit {name}")
-            ax_h.text(-sign * 0.97 * t_max, sign * 1.02 * limit, rf"${name}\sqrt{{3/2}}$",
-                      ha=ha, va=va, color="0.3", fontsize="small")
-        ax_h.set_ylim(-1.2 * limit, 1.2 * limit)
-        ax_h.set(xlabel="$t$", ylabel=r"$h_\varepsilon(t)$", title="response (third coordinate)")
+            ax_h.text(-sign * 0.97 * t_max, sign * 1.03 * limit, rf"${name}\sqrt{{3/2}}$",
+                      ha=ha, va=va, color="0.3")
+        ax_h.set_ylim(-1.35 * limit, 1.35 * limit)
+        ax_h.set(ylabel=r"response $h_\varepsilon(t)$")
         ax_dh.set_yscale("log")
-        ax_dh.set(xlabel="$t$", ylabel=r"$h'_\varepsilon(t)$", title="sensitivity (log scale)")
-        ax_h.legend(loc="center right", fontsize="small")
+        ax_dh.set(xlabel="$t$", ylabel=r"sensitivity $h'_\varepsilon(t)$")
+        ax_h.legend(loc="center right")
         for ax in (ax_h, ax_dh):
             ax.set_xlim(-t_max, t_max)
             ax.grid(True, lw=0.5, alpha=0.5)
-        fig.suptitle(TITLE)
     return fig
+
+
+# Line styles that tell the curves apart without colour.
+_LINESTYLES = ("-", "--", "-.", ":")
+
+
+@contextlib.contextmanager
+def _style():
+    # Matplotlib's defaults under the book's figure sizes, for drawing and for saving alike
+    # (tick labels are made when the figure is drawn).
+    with mpl.style.context("default"), mpl.rc_context(figures.STYLE):
+        yield
 
 
 def save_response_figure(path, fig: Figure | None = None) -> Path:
     """Write ``fig`` (default :func:`response_figure`) as PNG to ``path``; return the path.
 
-    Fixed size and resolution, default style, and no metadata that changes between runs or
+    The PNG is :func:`lneps.figures.png`'s: twice the design resolution, stamped with the
+    design width and the smallest text size, and no metadata that changes between runs or
     versions, so regenerating gives the same file on the same machine.
     """
     path = Path(path)
@@ -302,10 +323,11 @@ def save_response_figure(path, fig: Figure | None = None) -> Path:
         raise ValueError(f"path must end in .png; got {str(path)!r}")
     if fig is None:
         fig = response_figure()
-    # Write then rename: the build and nbval may run this notebook at the same time, and
-    # Sphinx must never copy a half-written file.
+    with _style():
+        data = figures.png(fig, close=False).data
+    # Write then rename: the build and the notebook checks may run this notebook at the same
+    # time, and Sphinx must never copy a half-written file.
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with mpl.style.context("default"):
-        fig.savefig(partial, dpi=DPI, metadata=_PNG_METADATA, format="png")
+    partial.write_bytes(data)
     os.replace(partial, path)
     return path

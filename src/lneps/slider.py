@@ -1,8 +1,10 @@
-r"""The seed's "Try it" slider: the token :math:`k\cdot[2, 4, 6, 8] + c` and its layer norm.
+r"""The concept unit's "Try it" slider: the token :math:`k\cdot[2, 4, 6, 8] + c` and its layer norm.
 
 The slider is one self-contained block of HTML: two range inputs (k and c), a left panel of
 bars for the token and a right panel of bars for :math:`\operatorname{LN}_\varepsilon` of it
-with :math:`\gamma = 1`, :math:`\beta = 0`, each bar labelled with its value.
+with :math:`\gamma = 1`, :math:`\beta = 0`, each on a fixed value axis with tick labels, each
+bar labelled with its value. Its script and style are the files ``book/_static/lneps-slider.js``
+and ``lneps-slider.css``, inlined into the block.
 
 Every normalized value the slider can show is computed here, with
 :func:`lneps.layer_norm`, on the slider's whole grid of (k, c) settings, and embedded in the
@@ -19,6 +21,7 @@ import json
 import math
 import numbers
 from html import escape
+from pathlib import Path
 
 import numpy as np
 
@@ -26,12 +29,12 @@ from ._checks import check_eps
 from .norms import layer_norm
 
 __all__ = [
-    "BASE_TOKEN", "grid_axis", "check_grid", "check_digits", "slider_values", "TokenSlider",
-    "token_slider",
+    "BASE_TOKEN", "grid_axis", "check_grid", "check_digits", "slider_values", "nice_axis",
+    "TokenSlider", "token_slider",
 ]
 
 BASE_TOKEN = (2.0, 4.0, 6.0, 8.0)
-"""The seed's token [2, 4, 6, 8]; the slider shows ``k * BASE_TOKEN + c``."""
+"""The concept unit's token [2, 4, 6, 8]; the slider shows ``k * BASE_TOKEN + c``."""
 
 
 def grid_axis(lo: float, hi: float, step: float, name: str = "axis") -> np.ndarray:
@@ -112,69 +115,41 @@ def _number(x: float) -> float | int:
     return int(x) if x.is_integer() else x
 
 
-_CSS = """
-.lneps-slider{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:46rem;
- border:1px solid #d0d7de;border-radius:.5rem;padding:.75rem 1rem;margin:.5rem 0 1rem}
-.lneps-slider .lneps-controls{display:flex;flex-wrap:wrap;gap:.5rem 2rem;margin-bottom:.5rem}
-.lneps-slider label{display:flex;align-items:center;gap:.5rem;font-weight:600}
-.lneps-slider input[type=range]{width:14rem}
-.lneps-slider output{display:inline-block;min-width:3.5rem;font-variant-numeric:tabular-nums}
-.lneps-slider .lneps-panels{display:flex;flex-wrap:wrap;gap:1.5rem}
-.lneps-slider .lneps-panel{flex:1 1 18rem;margin:0}
-.lneps-slider .lneps-title{font-size:.9rem;margin-bottom:.25rem}
-.lneps-slider .lneps-bars{position:relative;height:9rem;display:flex;gap:6%;padding:0 4%;
- border-bottom:1px solid #eee;border-top:1px solid #eee}
-.lneps-slider .lneps-zero{position:absolute;left:0;right:0;top:50%;border-top:1px solid #888}
-.lneps-slider .lneps-col{position:relative;flex:1 1 0}
-.lneps-slider .lneps-bar{position:absolute;left:0;right:0;height:0}
-.lneps-slider [data-role=token] .lneps-bar{background:#1f77b4}
-.lneps-slider [data-role=normalized] .lneps-bar{background:#ff7f0e}
-.lneps-slider .lneps-vals{display:flex;gap:6%;padding:0 4%;margin-top:.25rem}
-.lneps-slider .lneps-val{flex:1 1 0;text-align:center;font-size:.85rem;
- font-variant-numeric:tabular-nums}
-""".strip()
+# The page's script and style live in book/_static (lneps-slider.js, lneps-slider.css) and
+# are inlined into the block, so that the stored output works on its own: in the book, in a
+# live notebook, offline.
+STATIC = Path(__file__).resolve().parents[2] / "book" / "_static"
 
-# Looks values up and draws; it normalizes nothing. The script finds its own block (closest
-# .lneps-slider), so it works whether or not the block is in the document yet.
-_JS = """
-(function () {
-  var me = document.currentScript;
-  var root = (me && me.closest(".lneps-slider")) || document.getElementById(%(id)s);
-  if (!root || root.getAttribute("data-ready")) { return; }
-  var D = %(data)s;
-  function part(sel) { return root.querySelector(sel); }
-  var kIn = part("input[data-role=k]"), cIn = part("input[data-role=c]");
-  var kOut = part("output[data-role=k-value]"), cOut = part("output[data-role=c-value]");
-  function show(x) { return String(Math.round(x * 100) / 100); }
-  function draw(panel, values, top, fmt) {
-    var bars = root.querySelectorAll("[data-role=" + panel + "] .lneps-bar");
-    var vals = root.querySelectorAll("[data-role=" + panel + "] .lneps-val");
-    for (var i = 0; i < values.length; i++) {
-      var h = Math.min(Math.abs(values[i]) / top, 1) * 50;
-      bars[i].style.height = h + "%%";
-      bars[i].style.top = (values[i] >= 0 ? 50 - h : 50) + "%%";
-      vals[i].textContent = fmt(values[i]);
-    }
-  }
-  function update() {
-    var i = Math.round((parseFloat(kIn.value) - D.k[0]) / D.kstep);
-    var j = Math.round((parseFloat(cIn.value) - D.c[0]) / D.cstep);
-    i = Math.max(0, Math.min(D.nk - 1, i)); j = Math.max(0, Math.min(D.nc - 1, j));
-    var k = D.k[0] + i * D.kstep, c = D.c[0] + j * D.cstep, d = D.token.length;
-    var x = D.token.map(function (t) { return k * t + c; });
-    var y = D.y.slice((i * D.nc + j) * d, (i * D.nc + j + 1) * d);
-    kOut.textContent = show(k); cOut.textContent = show(c);
-    root.setAttribute("data-k", String(k)); root.setAttribute("data-c", String(c));
-    draw("token", x, D.xmax, show);
-    draw("normalized", y, D.ymax, function (v) { return v.toFixed(D.digits); });
-  }
-  kIn.addEventListener("input", update); cIn.addEventListener("input", update);
-  var nojs = part("[data-role=nojs]");
-  if (nojs) { nojs.parentNode.removeChild(nojs); }
-  root.setAttribute("data-ready", "1");
-  update();
-})();
-""".strip()
+
+def _asset(name: str) -> str:
+    path = STATIC / name
+    if not path.is_file():
+        raise FileNotFoundError(f"the slider's {name} is missing: expected {path} (lneps.slider "
+                                "runs from the book's repository, installed with pip install -e)")
+    return path.read_text(encoding="utf-8").strip()
+
+
+# Nice axis ends and their tick steps, as mantissas of a power of ten.
+_NICE = ((1, 0.5), (1.5, 0.5), (2, 1), (3, 1), (4, 2), (5, 2.5), (6, 2), (8, 4), (10, 5))
+
+
+def nice_axis(largest: float) -> dict:
+    """A symmetric value axis covering ``[-largest, largest]``: its end and its ticks.
+
+    ``nice_axis(20) == {"max": 20, "ticks": [-20, -10, 0, 10, 20]}``; the end is the
+    smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 times a power of ten that is at least ``largest``.
+    """
+    if not (isinstance(largest, numbers.Real) and math.isfinite(largest)) or largest < 0:
+        raise ValueError(f"largest must be a finite number >= 0; got {largest!r}")
+    if largest == 0:
+        largest = 1.0
+    power = 10.0 ** math.floor(math.log10(largest))
+    for mantissa, step in _NICE:
+        if mantissa * power >= largest * (1 - 1e-12):
+            end, step = round(mantissa * power, 12), step * power
+            break
+    n = round(end / step)
+    return {"max": _number(end), "ticks": [_number(round(i * step, 12)) for i in range(-n, n + 1)]}
 
 
 def _panel(role: str, title: str, d: int) -> str:
@@ -183,7 +158,8 @@ def _panel(role: str, title: str, d: int) -> str:
     return (
         f'<figure class="lneps-panel" data-role="{role}">'
         f'<figcaption class="lneps-title">{title}</figcaption>'
-        f'<div class="lneps-bars"><div class="lneps-zero"></div>{cols}</div>'
+        '<div class="lneps-plot"><div class="lneps-axis"></div>'
+        f'<div class="lneps-bars">{cols}</div></div>'
         f'<div class="lneps-vals">{vals}</div></figure>'
     )
 
@@ -214,7 +190,8 @@ class TokenSlider:
         return float(axis[1] - axis[0])
 
     def data(self) -> dict:
-        """What the page embeds: the grid, the token and every normalized value (flat)."""
+        """What the page embeds: the grid, the token, the two value axes and every
+        normalized value (flat)."""
         kstep, cstep = self._step(self.ks), self._step(self.cs)
         xmax = float(np.max(np.abs(self.ks[:, None, None] * np.array(self.token)
                                    + self.cs[None, :, None])))
@@ -223,20 +200,18 @@ class TokenSlider:
             "c": [_number(self.cs[0]), _number(self.cs[-1])], "cstep": _number(cstep),
             "nk": int(self.ks.size), "nc": int(self.cs.size),
             "token": [_number(t) for t in self.token], "eps": self.eps, "digits": self.digits,
-            "xmax": _number(xmax or 1.0),
-            # nanmax: with eps=0 the constant token (k = 0) normalizes to NaN, shown as NaN.
-            "ymax": _number(float(np.nanmax(np.abs(self.values))) or 1.0),
+            # Fixed scales for every setting: the largest token entry on the grid, and the
+            # largest normalized value (nanmax: with eps=0 the constant token gives NaN).
+            "xaxis": nice_axis(xmax),
+            "yaxis": nice_axis(float(np.nanmax(np.abs(self.values)))),
             "y": [_number(v) for v in self.values.reshape(-1)],
         }
 
     def html(self) -> str:
-        """The whole block: style, controls, the two panels and the script."""
+        """The whole block: style, controls, the two panels, the data and the script."""
         kstep, cstep = self._step(self.ks), self._step(self.cs)
         token = ", ".join(f"{_number(t)}" for t in self.token)
-        js = _JS % {
-            "id": json.dumps(self.element_id),
-            "data": json.dumps(self.data(), separators=(",", ":")),
-        }
+        data = json.dumps(self.data(), separators=(",", ":"))
 
         def slider(name, axis, step, start):
             return (
@@ -248,7 +223,7 @@ class TokenSlider:
 
         return (
             f'<div class="lneps-slider" id="{escape(self.element_id)}">'
-            f"<style>{_CSS}</style>"
+            f"<style>{_asset('lneps-slider.css')}</style>"
             '<p data-role="nojs"><em>This slider needs JavaScript: in a notebook, run the cell '
             "(or trust the notebook).</em></p>"
             '<div class="lneps-controls">'
@@ -256,7 +231,8 @@ class TokenSlider:
             '<div class="lneps-panels">'
             f"{_panel('token', f'The token k × [{token}] + c', len(self.token))}"
             f"{_panel('normalized', 'After layer normalization (γ = 1, β = 0)', len(self.token))}"
-            f"</div><script>{js}</script></div>"
+            f'</div><script type="application/json" data-role="data">{data}</script>'
+            f"<script>{_asset('lneps-slider.js')}</script></div>"
         )
 
     def _repr_html_(self) -> str:
@@ -270,12 +246,13 @@ class TokenSlider:
         )
 
 
-def token_slider(k=(-2.0, 2.0, 0.25), c=(-100.0, 100.0, 1.0), *, eps=1e-5, digits=3,
+def token_slider(k=(-2.0, 2.0, 0.25), c=(-4.0, 4.0, 0.5), *, eps=1e-5, digits=3,
                  k0=1.0, c0=0.0, element_id="lneps-slider") -> TokenSlider:
-    """The seed's slider: ``k`` and ``c`` are ``(lo, hi, step)`` ranges (ends included).
+    """The concept unit's slider: ``k`` and ``c`` are ``(lo, hi, step)`` ranges (ends included).
 
     The default k range runs through negative values and 0 in steps of 0.25; c runs from
-    -100 to 100 in steps of 1. The page embeds ``len(k) * len(c) * 4`` normalized values.
+    -4 to 4 in steps of 0.5, so that the token's axis (up to 2 * 8 + 4 = 20) keeps the bars
+    of k = 1 readable. The page embeds ``len(k) * len(c) * 4`` normalized values.
     """
     ks = grid_axis(*k, name="k")
     cs = grid_axis(*c, name="c")

@@ -1,0 +1,133 @@
+r"""Figures drawn at the size the book shows them, with text a reader can read.
+
+A figure is designed in CSS pixels: ``subplots(560, 320)`` makes a figure that the page shows
+560 px wide on a laptop (and narrower, scaled, on a phone). The image is rendered at twice
+that resolution, so it stays sharp on high-density screens, and the page is told its width.
+
+:func:`png` turns a finished figure into the object a notebook displays (or glues): a PNG
+whose text chunks record the design width (``lneps:css-width``) and the smallest font size
+on the figure in CSS px (``lneps:min-text-px``), measured on the figure's own text artists.
+The layout test reads both from the built page's image, so "text at least 9 CSS px as
+displayed" is measured, not assumed: displayed text = ``min-text-px * shown / css-width``.
+
+Sizes. A phone's column is about 358 px wide, so a 560 px figure is shown at 0.64 of its
+size there: text of :data:`MIN_TEXT_PT` (11 pt, 15.3 CSS px at design size) is then 9.8 px.
+:func:`png` refuses a figure with smaller text, or wider than :data:`MAX_WIDTH`.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.text import Text
+
+__all__ = ["CSS_PX_PER_INCH", "DPI", "MIN_TEXT_PT", "MAX_WIDTH", "STYLE", "subplots", "png",
+           "smallest_text_pt", "FigurePNG"]
+
+CSS_PX_PER_INCH = 100
+"""One inch of a figure is 100 CSS px on the page (matplotlib's default screen dpi)."""
+
+DPI = 2 * CSS_PX_PER_INCH
+"""Image pixels per inch: two per CSS px, sharp on high-density screens."""
+
+MIN_TEXT_PT = 11.0
+"""The smallest font size allowed on a figure (points at design size: 15.3 CSS px)."""
+
+MAX_WIDTH = 640
+"""The widest figure, in CSS px: the laptop column is about 700 px; a phone's about 358."""
+
+STYLE = {
+    "font.size": MIN_TEXT_PT,
+    "axes.titlesize": MIN_TEXT_PT + 1,
+    "axes.labelsize": MIN_TEXT_PT,
+    "xtick.labelsize": MIN_TEXT_PT,
+    "ytick.labelsize": MIN_TEXT_PT,
+    "legend.fontsize": MIN_TEXT_PT,
+    "figure.titlesize": MIN_TEXT_PT + 1,
+    "lines.linewidth": 1.8,
+    "lines.markersize": 6,
+}
+"""Font sizes (all at least :data:`MIN_TEXT_PT`) and line weights for the book's figures."""
+
+
+def subplots(width: float, height: float, nrows: int = 1, ncols: int = 1, **kwargs):
+    """``plt.subplots`` for a figure shown ``width`` x ``height`` CSS px, in :data:`STYLE`.
+
+    The layout is constrained (labels kept inside the figure), so the saved image is exactly
+    the design size, with no tight-bbox cropping that would change it. :data:`STYLE` goes
+    into matplotlib's rcParams, so the labels, legends and titles added afterwards get it
+    too (each notebook runs in its own kernel).
+    """
+    for label, value in (("width", width), ("height", height)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{label} must be a positive number of CSS px; got {value!r}")
+    if width > MAX_WIDTH:
+        raise ValueError(f"width {width} px is wider than the book's figures ({MAX_WIDTH} px)")
+    matplotlib.rcParams.update(STYLE)
+    return plt.subplots(nrows, ncols, figsize=(width / CSS_PX_PER_INCH, height / CSS_PX_PER_INCH),
+                        layout="constrained", **kwargs)
+
+
+def smallest_text_pt(fig) -> float:
+    """The smallest font size (points) of any visible, non-empty text on ``fig``."""
+    fig.canvas.draw()  # tick labels exist only once the figure is drawn
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and _on_figure(t, fig)]
+    if not sizes:
+        raise ValueError("the figure has no text: give it axis labels")
+    return float(min(sizes))
+
+
+def _on_figure(text: Text, fig) -> bool:
+    # Tick labels of ticks outside the axis limits are kept but not drawn.
+    box = text.get_window_extent()
+    w, h = fig.canvas.get_width_height()
+    return box.x1 > 0 and box.y1 > 0 and box.x0 < w and box.y0 < h and box.width > 0
+
+
+class FigurePNG:
+    """A drawn figure as PNG bytes, displayed at its design width.
+
+    ``_repr_png_`` gives Jupyter and the book the image with ``width`` metadata, so the page
+    shows it ``css_width`` CSS px wide; the text form is stable (no address), for notebooks
+    whose outputs are compared.
+    """
+
+    def __init__(self, data: bytes, css_width: int, css_height: int, min_text_px: float):
+        self.data, self.css_width, self.css_height = data, css_width, css_height
+        self.min_text_px = min_text_px
+
+    def _repr_png_(self):
+        return self.data, {"width": self.css_width, "height": self.css_height}
+
+    def __repr__(self) -> str:
+        return (f"<figure {self.css_width} x {self.css_height} px, "
+                f"smallest text {self.min_text_px:.1f} px>")
+
+
+def png(fig, *, close: bool = True) -> FigurePNG:
+    """Render ``fig`` (made by :func:`subplots`) as a :class:`FigurePNG`; close it.
+
+    Raises ``ValueError`` if any text is below :data:`MIN_TEXT_PT`, or the figure is wider
+    than :data:`MAX_WIDTH` CSS px: such a figure would be unreadable on a phone.
+    """
+    width_in, height_in = fig.get_size_inches()
+    css_width, css_height = round(width_in * CSS_PX_PER_INCH), round(height_in * CSS_PX_PER_INCH)
+    if css_width > MAX_WIDTH:
+        raise ValueError(f"the figure is {css_width} px wide; at most {MAX_WIDTH} px")
+    smallest = smallest_text_pt(fig)
+    if smallest < MIN_TEXT_PT - 1e-9:
+        raise ValueError(f"text of {smallest:g} pt is smaller than {MIN_TEXT_PT:g} pt: "
+                         "unreadable on a phone")
+    min_text_px = smallest * CSS_PX_PER_INCH / 72
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={
+        "Software": None,  # no version string: the bytes depend on the drawing only
+        "lneps:css-width": str(css_width),
+        "lneps:min-text-px": f"{min_text_px:.2f}",
+    })
+    if close:
+        plt.close(fig)
+    return FigurePNG(buf.getvalue(), css_width, css_height, min_text_px)

@@ -1,0 +1,60 @@
+"""lneps.figures: figures drawn at the size they are shown, with their text size recorded."""
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from lneps import figures  # noqa: E402
+
+
+def test_a_figure_is_stamped_with_its_width_and_smallest_text():
+    fig, ax = figures.subplots(560, 300)
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("x")
+    ax.legend()
+    png = figures.png(fig)
+    image = Image.open(io.BytesIO(png.data))
+    assert image.size == (1120, 600)  # twice the design size: sharp on dense screens
+    assert image.info["lneps:css-width"] == "560"
+    assert float(image.info["lneps:min-text-px"]) == pytest.approx(figures.MIN_TEXT_PT * 100 / 72, abs=0.01)
+    assert png._repr_png_()[1] == {"width": 560, "height": 300}
+    assert repr(png) == "<figure 560 x 300 px, smallest text 15.3 px>"
+
+
+def test_small_text_is_refused():
+    fig, ax = figures.subplots(400, 300)
+    ax.set_xlabel("x")
+    ax.text(0.5, 0.5, "tiny", fontsize=7)
+    with pytest.raises(ValueError, match="text of 7 pt is smaller than 11 pt"):
+        figures.png(fig)
+
+
+def test_the_smallest_text_is_measured_on_the_drawn_artists():
+    fig, ax = figures.subplots(400, 300)
+    ax.set_xlabel("label", fontsize=14)
+    ax.set_title("title", fontsize=20)
+    # tick labels are at 11 pt, the smallest on the figure
+    assert figures.smallest_text_pt(fig) == 11.0
+
+
+@pytest.mark.parametrize("width, height, message", [
+    (800, 300, "wider than the book's figures"),
+    (0, 300, "width must be a positive number"),
+    (400, -1, "height must be a positive number"),
+    (True, 300, "width must be a positive number"),
+])
+def test_bad_sizes(width, height, message):
+    with pytest.raises(ValueError, match=message):
+        figures.subplots(width, height)
+
+
+def test_a_figure_without_text_is_refused():
+    fig, ax = figures.subplots(300, 200)
+    ax.set_axis_off()
+    with pytest.raises(ValueError, match="no text"):
+        figures.png(fig)
