@@ -248,11 +248,18 @@ def print_pdf(html_dir: Path, out: Path, title: str) -> dict:
             page.pdf(path=str(first), **options)
             contents_pages = first_content_page(first, titles[0], title) - 1
             numbers = start_pages(first, titles, contents_pages + 1, title)
-            page.evaluate("""(numbers) => {
-              document.querySelectorAll("#lneps-pdf-contents .lneps-page").forEach(s => {
-                s.textContent = String(numbers[+s.dataset.index]); });
-            }""", numbers)
-            page.pdf(path=str(out), **options)
+            # Printing the real numbers can reflow the contents and move a chapter by a page;
+            # print again with the pages found until the contents and the chapters agree.
+            for _ in range(4):
+                page.evaluate("""(numbers) => {
+                  document.querySelectorAll("#lneps-pdf-contents .lneps-page").forEach(s => {
+                    s.textContent = String(numbers[+s.dataset.index]); });
+                }""", numbers)
+                page.pdf(path=str(out), **options)
+                found = start_pages(out, titles, contents_pages + 1, title)
+                if found == numbers:
+                    break
+                numbers = found
             first.unlink()
             browser.close()
     finally:
