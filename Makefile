@@ -24,7 +24,7 @@ BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 
-.PHONY: book test notebooks serve lab bench clean pdf
+.PHONY: book test notebooks serve lab bench frameworks clean pdf
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -84,6 +84,20 @@ lab: $(STAMP)
 # fresh-venv install (about a minute).
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(if $(filter 1 yes true,$(BENCH_SKIP_SETUP)),--skip-setup)
+
+# The optional extra (requirements-frameworks.txt: torch 2.13.0 CPU, JAX/Flax, ONNX, ONNX Runtime),
+# installed into .venv with the book's pins as constraints, then measured: chapter 7's data in
+# book/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
+# (any nvidia-* package) means a pin went wrong: stop rather than measure with it.
+FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
+$(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.txt -r requirements-frameworks.txt
+	@if $(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | grep -i '^nvidia'; then \
+		echo "requirements-frameworks.txt pulled a CUDA wheel"; exit 1; fi
+	touch $@
+
+frameworks: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/measure_frameworks.py
 
 clean:
 	rm -rf _build

@@ -1,0 +1,219 @@
+"""The stored framework measurements (book/data/frameworks/*.json, incidents.toml), the
+summaries lneps.frameworks computes from them, and the chapter's numbers. Always runs: needs
+no framework."""
+
+import copy
+import math
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lneps
+from lneps import frameworks as FW
+from lneps import incidents as INC
+from notebooks import glued
+
+F16, BF16, F32 = np.float16, ml_dtypes.bfloat16, np.float32
+DATA = FW.load_all()
+
+
+def test_import_lneps_loads_no_framework():
+    code = ("import sys, lneps, lneps.frameworks, lneps.incidents; "
+            "bad = [m for m in ('torch', 'jax', 'flax', 'onnx', 'onnxruntime') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("fw", FW.FRAMEWORKS)
+def test_every_file_has_the_full_grid_and_its_provenance(fw):
+    d = DATA[fw]
+    assert d["framework"] == fw and d["date"].startswith("20")
+    assert d["platform"]["cpu"] and d["cpu_flags"] and d["versions"]["numpy"] == np.__version__
+    assert d["inputs"]["ds"] == list(FW.DS) and d["inputs"]["eps"] == list(FW.EPS_VALUES)
+    families = len(lneps.precision.FAMILIES) + len(FW.HAND_ROWS)
+    ops = {r["op"] for r in d["results"]}
+    pairs = {(r["op"], r["dtype"]) for r in d["results"]}
+    assert len(pairs) + len(d["unsupported"]) == len(ops) * len(FW.DTYPES)
+    assert len(d["results"]) == len(pairs) * families * len(FW.DS) * len(FW.EPS_VALUES)
+    for r in d["results"]:
+        rows = 1 if r["family"].startswith("hand: ") else max(FW.ELEMENTS // r["d"], 1)
+        assert r["n"] == rows * r["d"]
+
+
+def test_versions_are_the_pinned_ones():
+    pins = dict(line.split("==") for line in open(FW.DATA_DIR.parents[2] / "requirements-frameworks.txt")
+                if "==" in line and not line.startswith("#"))
+    assert DATA["torch"]["versions"]["torch"] == pins["torch"].strip() + "+cpu"
+    assert DATA["flax"]["versions"]["flax"] == pins["flax"].strip()
+    assert DATA["flax"]["versions"]["jax"] == pins["jax"].strip()
+    assert DATA["onnxruntime"]["versions"]["onnxruntime"] == pins["onnxruntime"].strip()
+    assert DATA["onnx_reference"]["versions"]["onnx"] == pins["onnx"].strip()
+
+
+def test_validate_names_the_broken_field():
+    bad = copy.deepcopy(DATA["torch"])
+    bad["results"][3]["correct"] = bad["results"][3]["n"] + 1
+    with pytest.raises(ValueError, match="results\\[3\\]"):
+        FW.validate(bad)
+    bad = copy.deepcopy(DATA["torch"])
+    del bad["cpu_flags"]
+    with pytest.raises(ValueError, match="cpu_flags"):
+        FW.validate(bad)
+    bad = copy.deepcopy(DATA["torch"])
+    bad["results"][0]["dtype"] = "float8"
+    with pytest.raises(ValueError, match="dtype"):
+        FW.validate(bad)
+    with pytest.raises(ValueError, match="framework must be one of"):
+        FW.load("tensorflow")
+
+
+def test_dump_load_round_trip_keeps_infinities(tmp_path):
+    d = copy.deepcopy(DATA["flax"])
+    FW.dump(d, tmp_path / "flax.json")
+    assert '"inf"' in (tmp_path / "flax.json").read_text()
+    back = FW.load("flax", tmp_path)
+    assert back["results"] == d["results"]
+    assert any(math.isinf(r["worst_ulp"]) for r in back["results"])
+
+
+def test_error_summary_counts():
+    ref = np.array([[1.0, 0.0, -0.5, 2.0]], dtype=F16)
+    y = ref.copy()
+    y[0, 0] = np.nextafter(F16(1.0), F16(2.0))  # one ulp up
+    y[0, 1] = F16(2.0**-20)                       # exact value 0, answer not
+    y[0, 3] = F16(np.nan)
+    s = FW.error_summary(y, ref, "float16")
+    assert s["n"] == 4 and s["correct"] == 1 and s["nan"] == 1 and s["inf"] == 0
+    assert s["zero_ref"] == 1 and s["zero_ref_wrong"] == 1 and s["worst_abs_at_zero"] == 2.0**-20
+    assert s["within_1ulp"] == 2 and math.isinf(s["worst_ulp"])
+    assert s["worst_abs"] == float(P_ulp(1.0))
+    with pytest.raises(ValueError, match="shape"):
+        FW.error_summary(y[:, :2], ref, "float16")
+
+
+def P_ulp(x):
+    return lneps.precision.ulp(x, F16)
+
+
+def test_measurement_rows_are_reproducible_and_in_format():
+    a = FW.measurement_rows("bfloat16", 100)
+    b = FW.measurement_rows("bfloat16", 100)
+    assert list(a) == list(lneps.precision.FAMILIES) + [f"hand: {n}" for n in FW.HAND_ROWS]
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a["N(0,1)"].dtype == BF16
+    assert a["N(0,1)"].shape == (FW.ELEMENTS // 100, 100)
+    # the same draws in every format: the float16 rows are within one float16 ulp of the float32 ones
+    r32, r16 = FW.measurement_rows("float32", 8)["sd 300"], FW.measurement_rows("float16", 8)["sd 300"]
+    gap = np.abs(r32.astype(np.float64) - r16.astype(np.float64))
+    assert np.all(gap <= lneps.precision.ulp(r32, F16)) and not np.array_equal(r32, r16.astype(F32))
+    assert np.all(FW.hand_row("65504 and 65472", 5) == [65504, 65472, 65504, 65472, 65504])
+    with pytest.raises(ValueError, match="name must be one of"):
+        FW.hand_row("constant 7", 4)
+
+
+def test_compare_finds_a_moved_row():
+    old = DATA["onnxruntime"]
+    new = copy.deepcopy(old)
+    assert FW.compare(new, old)["identical"] == len(old["results"])
+    r = new["results"][10]
+    r["sha256"], r["correct"] = "0" * 64, r["correct"] - 5
+    c = FW.compare(new, old, share_tol=0.0)
+    assert c["identical"] == len(old["results"]) - 1 and [e["key"][3] for e in c["differ"]] == [r["d"]]
+    assert FW.compare(new, old, share_tol=1.0)["differ"] == []
+
+
+# --- the claims the chapter confirms or refutes, read from the data --------------------------
+
+
+def test_torch_fp16_constant_60000_is_the_fma_residue():
+    p = DATA["torch"]["probes"]["layer_norm | float16 | constant 60000 | 1e-12"]
+    assert p["output"] == [-2048.0] * 8 and p["reference"] == [0.0] * 8
+    rstd = F32(1) / np.sqrt(F32(1e-12))
+    fma = F32(np.float64(F32(60000)) * np.float64(rstd) - np.float64(rstd * F32(60000)))
+    assert p["output"][0] == float(fma)
+    p5 = DATA["torch"]["probes"]["layer_norm | float16 | constant 60000 | 1e-05"]
+    rstd5 = F32(1) / np.sqrt(F32(1e-5))
+    assert p5["output"][0] == float(F16(np.float64(F32(60000)) * np.float64(rstd5) - np.float64(rstd5 * F32(60000))))
+
+
+def test_first_measurement_claims():
+    t = DATA["torch"]
+    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
+    assert 0.85 < 1 - fam["share_correct"] < 0.95
+    assert FW.aggregate(t, op="layer_norm", dtype="float16")["worst_abs"] == 2048.0
+    assert FW.aggregate(t, op="layer_norm", dtype="bfloat16", family="mean 6e4, sd 8")["worst_abs"] == 0.875
+    f32 = FW.aggregate(t, op="layer_norm", dtype="float32", family="mean 1000, sd 1")
+    assert 1 - f32["share_correct"] > 0.999
+    assert 1 - FW.aggregate(t, op="layer_norm", dtype="float32", family="N(0,1)")["share_correct"] < 0.6
+    ref16 = FW.aggregate(DATA["onnx_reference"], op="layer_norm", dtype="float16", family="mean 1000, sd 1")
+    assert ref16["nan"] > ref16["n"] / 2
+    ort = DATA["onnxruntime"]
+    assert FW.aggregate(ort, op="layer_norm", dtype="float16", family="stress")["worst_ulp"] < 676
+    assert {(u["op"], u["dtype"]) for u in ort["unsupported"]} == {("layer_norm", "bfloat16"), ("rms_norm", "bfloat16")}
+
+
+def test_eps_is_kept_in_float32_and_rmsnorm_default():
+    for fw in ("torch", "flax", "onnxruntime"):
+        for key, e in DATA[fw]["eps_handling"].items():
+            if "error" in e:
+                continue
+            if key.endswith("| float16 | 1e-05") or key.endswith("| bfloat16 | 1e-05"):
+                assert e["best"] == "kept (float32)" and e["matches"]["kept (float32)"]["rows_equal"] == e["rows"], key
+            if "zeros_row" in e:
+                assert e["zeros_row"] == [0.0] * 8, key
+    eh = DATA["torch"]["eps_handling"]
+    for dtype, best in (("float16", "float32"), ("bfloat16", "float32"), ("float32", "float32"), ("float64", "float64")):
+        assert eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]["best"] == f"finfo({best}).eps"
+
+
+def test_incidents_file():
+    incs = INC.load()
+    assert len(incs) == 10 and len({i["key"] for i in incs}) == 10
+    bib = (FW.DATA_DIR.parents[2] / "references.bib").read_text()
+    for inc in incs:
+        assert "{" + inc["cite"] + "," in bib.replace("@misc{", "{"), inc["cite"]
+    q = INC.by_key()["pytorch-66707"]["quoted"]
+    assert q["greatest_difference"] == float(lneps.precision.ulp(1.0, F16))
+
+
+def test_chapter_numbers_match_the_data():
+    g = glued("frameworks.ipynb")
+    t = DATA["torch"]
+    assert g["c60k_out"] == -2048.0 and g["fma_out"] == -2048.0
+    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
+    assert g["t16_6e4_wrong"] == pytest.approx(1 - fam["correct"] / fam["n"])
+    assert g["tb_abs"] == 0.875
+    assert g["nn_rel"] == pytest.approx(1 - math.sqrt((2e-4 + 1e-6) / (2e-4 + 1e-4)))
+    assert g["ap_sum"] == pytest.approx(9e-6 / (4e-4 + 1e-6)) and g["ap_rsqrt"] == pytest.approx(0.011, abs=5e-4)
+    assert g["ann0"] == pytest.approx(0.75 / (math.sqrt(0.25) + 1e-6)) and g["ln0"] == pytest.approx(0.75 / math.sqrt(0.1875 + 1e-5))
+    assert g["rms_none_f16"] == "finfo(float32).eps"
+    assert g["ref16_nan"] == sum(a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values())
+
+
+def test_variance_read_back_from_the_outputs():
+    iv = {fw: d["implied_variance"] for fw, d in DATA.items()}
+    worst = lambda fw, op: max(v["max_rel_error"] for v in iv[fw].values() if v["op"] == op)
+    assert all(v["rows"] >= 40 for d in iv.values() for v in d.values())
+    assert worst("onnxruntime", "layer_norm") < 1e-5       # not a float32 one-pass variance
+    assert worst("flax", "layer_norm_two_pass") < 1e-5
+    assert worst("torch", "layer_norm") < 1e-3             # Welford in float32
+    assert worst("flax", "layer_norm") > 0.5               # E[x^2] - E[x]^2 at mean 6e4
+
+
+def test_compare_tells_a_moved_reference_from_a_moved_framework():
+    old = DATA["torch"]
+    new = copy.deepcopy(old)
+    new["results"][0]["correct"] -= 1  # same output digest, different summary
+    c = FW.compare(new, old)
+    assert c["identical"] == len(old["results"]) and c["differ"] == []
+    assert [e["key"] for e in c["reference_moved"]] == [tuple(new["results"][0][k] for k in ("op", "dtype", "family", "d", "eps"))]
+
+
+def test_stored_data_was_measured_against_the_correctly_rounded_reference():
+    assert all(d["reference"]["correctly_rounded"] for d in DATA.values())
+    eh = DATA["torch"]["eps_handling"]
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        e = eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]
+        assert e["lneps_eps_none"]["rows_equal"] == e["matches"][e["best"]]["rows_equal"]
