@@ -23,7 +23,7 @@ from .softmax import __all__ as _softmax_all
 
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
                "survey", "oracle", "kernel", "dd", "rounding", "report", "slider", "frameworks",
-               "incidents", "eps_swap",
+               "incidents", "eps_swap", "figures",
                "symbolic_backward", "minilm", "activations")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,

@@ -24,6 +24,7 @@ __all__ = [
     "worst_over_d",
     "Accuracy",
     "accuracy",
+    "combine",
     "oracle_survey",
 ]
 
@@ -136,14 +137,33 @@ def accuracy(result, value, bound, rounded, dtype) -> Accuracy:
     )
 
 
+def combine(survey: dict, method: str, family: str | None = None) -> Accuracy:
+    """One :class:`Accuracy` for ``method`` over every d (and every family, if ``family`` is
+    None) of an :func:`oracle_survey` result: the worst of the worst errors, the share correct
+    over all the elements, the counts added. ``KeyError`` if there is no such entry."""
+    parts = [a for (m, f, _), a in survey.items() if m == method and (family is None or f == family)]
+    if not parts:
+        raise KeyError(f"no entry for method {method!r} and family {family!r} in the survey")
+    n = sum(a.elements for a in parts)
+    return Accuracy(
+        worst_ulp=max(a.worst_ulp for a in parts),
+        correct=sum(a.correct * a.elements for a in parts) / n,
+        zeros=sum(a.zeros for a in parts),
+        zeros_missed=sum(a.zeros_missed for a in parts),
+        nonfinite=sum(a.nonfinite for a in parts),
+        elements=n,
+    )
+
+
 def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", families=tuple(FAMILIES),
-                  elements: int = 8192) -> dict:
+                  elements: int = 8192, counts: dict | None = None) -> dict:
     """Every method's :class:`Accuracy` on each family at each row length d, against the exact
     oracle (:func:`lneps.oracle.layer_norm` or, with ``kind="rms"``, ``rms_norm``).
 
     For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
     ``dtype``); ``methods[name](x)`` must return the normalized rows. Returns
-    ``{(name, family, d): Accuracy}``.
+    ``{(name, family, d): Accuracy}``. ``counts`` (a dict), if given, accumulates
+    ``elements`` and ``settled``: how many the oracle had to decide in exact arithmetic.
     """
     from . import oracle  # the oracle is slow to import for nothing else
 
@@ -161,7 +181,10 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
         for d in ds:
             x = family_rows(family, rng, max(check_positive_int(elements, "elements") // d, 1), d, dt)
             value, bound = value_of(x, eps=eps)
-            rounded = rounded_of(x, eps=eps, dtype=dt)
+            rounded, settled = rounded_of(x, eps=eps, dtype=dt, return_settled=True)
+            if counts is not None:
+                counts["elements"] = counts.get("elements", 0) + x.size
+                counts["settled"] = counts.get("settled", 0) + settled
             for name, method in methods.items():
                 out[name, family, d] = accuracy(method(x), value, bound, rounded, dt)
     return out
