@@ -90,9 +90,10 @@ def _on_figure(text: Text, fig) -> bool:
 class FigurePNG:
     """A drawn figure as PNG bytes, displayed at its design width.
 
-    ``_repr_png_`` gives Jupyter and the book the image with ``width`` metadata, so the page
-    shows it ``css_width`` CSS px wide; the text form is stable (no address), for notebooks
-    whose outputs are compared.
+    ``_repr_png_`` gives Jupyter and the book the image with ``width`` metadata only, so the
+    page shows it ``css_width`` CSS px wide and a narrower screen scales its height with it (a
+    fixed height would squash it on a phone); the text form is stable (no address), for
+    notebooks whose outputs are compared.
     """
 
     def __init__(self, data: bytes, css_width: int, css_height: int, min_text_px: float):
@@ -100,7 +101,7 @@ class FigurePNG:
         self.min_text_px = min_text_px
 
     def _repr_png_(self):
-        return self.data, {"width": self.css_width, "height": self.css_height}
+        return self.data, {"width": self.css_width}
 
     def __repr__(self) -> str:
         return (f"<figure {self.css_width} x {self.css_height} px, "
