@@ -231,3 +231,16 @@ def test_non_finite_gains_and_biases_give_the_arithmetics_answer():
     with np.errstate(over="ignore"):
         big = lneps.layer_norm(x.astype(F16), gamma=1e5)
     assert big[0, 0] == -np.inf and big[0, 1] == 0 and big[1, 1] == F16(-1e5 * 0.2672612419124244)
+
+
+@pytest.mark.parametrize("dt,tiny", [(BF16, 1e-20), (F32, 1e-7)], ids=["bfloat16", "float32"])
+def test_rows_with_a_tiny_element_are_split_and_stay_in_tier_a(dt, tiny):
+    # One tiny element makes the plain float64 sum inexact; the high/low split keeps it exact.
+    x = np.random.default_rng(8).normal(size=(64, 1000)).astype(dt)
+    x[:, 7] = dt(tiny)
+    counts = {}
+    kernel.normalize(x, kind="layer", eps=1e-5, counts=counts)
+    exact, split = kernel._row_kinds(x)
+    assert split.all() and not exact.any()
+    assert counts["double_double_rows"] < 8  # only rows holding an element near a boundary
+    assert_correctly_rounded(x)

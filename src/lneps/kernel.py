@@ -10,10 +10,12 @@ It is evaluated in three tiers, each with a proven error bound (Ziv's strategy):
 
 A. float64 (16- and 32-bit input). A float16, bfloat16 or float32 row is a set of multiples
    of its smallest spacing Q; when :math:`2d\max|x| < 2^{53}Q` the float64 sum and every
-   :math:`t_i` are exact (one rounding-free subtraction each). Then
+   :math:`t_i` are exact (one rounding-free subtraction each), and rows with a few tiny
+   elements are split into a high and a low part whose sums are exact, giving each
+   :math:`t_i` rounded once. Then
    :math:`\sum t_j^2` has relative error at most :math:`\gamma_d`, and the estimate
    :math:`\hat y` is within :math:`E|\gamma_i t_i/\sqrt s|` (plus the rounding of the sum with
-   beta) with :math:`E = ((d+3)/2 + 5)\,u`. An element is final when no rounding boundary of
+   beta) with :math:`E = ((d+5)/2 + 6)\,u`. An element is final when no rounding boundary of
    the output format lies within that bound (:func:`lneps.rounding.near_boundary`).
 B. double-double (rows tier A cannot prove: float64 input, wide-range rows, rows holding an
    undecided element). Error-free sums and products (:mod:`lneps.dd`) give every quantity to
@@ -86,8 +88,13 @@ def _block(xin, yout, mean, rstd, kind, eps, g, b, counts):
     fast = dt in FAST_FORMATS
     if fast:
         # Tier A on the whole block (it overwrites x); rows it cannot prove are redone below.
-        yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt)
-        proven = finite & _exact_rows(xin) if kind == "layer" else finite
+        if kind == "layer":
+            exact, split = _row_kinds(xin)
+            yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt, split)
+            proven = finite & (exact | split)
+        else:
+            yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt)
+            proven = finite
         if dt == np.float16 or dt == np.float32:
             with np.errstate(over="ignore"):  # past the largest number: inf, as it should be
                 yout[...] = yhat  # NumPy's float64 -> float16/float32 assignment rounds once
@@ -137,14 +144,23 @@ def _take(p, idx, n):
 # --- tier A ----------------------------------------------------------------------------------
 
 
-def _exact_rows(xin: np.ndarray) -> np.ndarray:
-    """Rows whose float64 sum and every :math:`d x_i - S` are exact: :math:`2d\\max|x| < 2^{53}Q`
-    with Q the spacing at the row's smallest nonzero magnitude (every element and every
-    partial sum is a multiple of Q)."""
+def _row_kinds(xin: np.ndarray):
+    r"""Which rows tier A can prove, and how: ``(exact, split)`` boolean masks.
+
+    Every element and every partial sum of a row is a multiple of Q, the spacing at its
+    smallest nonzero magnitude. *exact*: :math:`2d\max|x| < 2^{53}Q`, so the float64 sum
+    and every :math:`t_i = d x_i - S` are exact. *split*: each :math:`x_i = h_i + l_i`, with
+    :math:`h_i` rounded to a multiple of :math:`Q_h = 2^{k-c}` (:math:`2^k > \max|x|`,
+    :math:`2^c = 2^{52}/(2d)` rounded down to a power of two) and :math:`|l_i| \le Q_h/2`;
+    the sums of the h and of the l, and :math:`d h_i - S_h`, :math:`d l_i - S_l`, are exact when
+    :math:`d\,Q_h < 2^{53}Q`: rows whose tiny elements make the first test fail (a float32
+    row of N(0,1) numbers holding a 1e-6).
+    """
     n, d = xin.shape
     dt = xin.dtype
     if dt == np.float16 and d <= 4096:
-        return np.ones(n, dtype=bool)  # 2 d 65504 < 2^53 2^-24 for every row
+        ones = np.ones(n, dtype=bool)  # 2 d 65504 < 2^53 2^-24 for every row
+        return ones, ~ones
     width = dt.itemsize * 8
     uint = np.uint16 if width == 16 else np.uint32
     mag = xin.view(uint) & uint((1 << (width - 1)) - 1)
@@ -154,24 +170,50 @@ def _exact_rows(xin: np.ndarray) -> np.ndarray:
     exp_field = np.maximum((smallest >> nmant).astype(np.int64), 1)
     spacing = np.ldexp(1.0, exp_field - bias - nmant)
     largest = mag.max(axis=1).astype(uint).view(dt).astype(np.float64)
-    return (2.0 * d * largest < 2.0**53 * spacing) | (largest == 0)
+    exact = (2.0 * d * largest < 2.0**53 * spacing) | (largest == 0)
+    split = ~exact & (d * _split_quantum(largest, d) < 2.0**53 * spacing)
+    return exact, split
 
 
-def _tier_a(x, kind, eps, g, b, dt):
-    """float64 evaluation with exact t (rows _exact_rows admits); returns the estimate, the
-    undecided elements, the row statistics and which rows are finite."""
+def _split_quantum(largest, d):
+    r""":math:`Q_h = 2^{k-c}`: with :math:`2^k > \max|x|`, :math:`2d \cdot 2^k \le 2^{53} Q_h`."""
+    _, k = np.frexp(largest)  # largest < 2**k
+    c = 52 - int(2 * d - 1).bit_length()  # 2^c <= 2^52 / (2d)
+    return np.ldexp(1.0, k - c)
+
+
+def _split_t(x, d):
+    r""":math:`t_i = d x_i - \sum_j x_j` for split rows, rounded once from its exact value, and
+    the row sums :math:`S = S_h + S_l` (see :func:`_row_kinds`)."""
+    Qh = _split_quantum(np.abs(x).max(axis=1), d)[:, None]
+    C = 1.5 * 2.0**52 * Qh  # adding and subtracting C rounds to a multiple of ulp(C) = Qh
+    h = (x + C) - C
+    low = x - h  # exact
+    Sh, Sl = h.sum(axis=1), low.sum(axis=1)  # both exact
+    th = h * d - Sh[:, None]  # exact: |d h_i - S_h| <= 2 d 2^k <= 2^53 Qh
+    tl = low * d - Sl[:, None]  # exact: a multiple of Q below 2^53 Q
+    return th + tl, Sh + Sl  # t rounded once (relative error u); S to float64
+
+
+def _tier_a(x, kind, eps, g, b, dt, split=None):
+    """float64 evaluation with t exact (the rows :func:`_row_kinds` calls exact) or rounded
+    once from its exact value (``split`` rows); returns the estimate, the undecided elements,
+    the row statistics and which rows are finite."""
     # Rows holding inf or NaN make inf - inf here; they are redone by the plain formula.
     with np.errstate(invalid="ignore", over="ignore"):
-        return _tier_a_unguarded(x, kind, eps, g, b, dt)
+        return _tier_a_unguarded(x, kind, eps, g, b, dt, split)
 
 
-def _tier_a_unguarded(x, kind, eps, g, b, dt):
+def _tier_a_unguarded(x, kind, eps, g, b, dt, split):
     n, d = x.shape
     if kind == "layer":
+        parts = _split_t(x[split], d) if split is not None and split.any() else None
         S = x.sum(axis=1)
         t = x
         t *= d
-        t -= S[:, None]  # exact (_exact_rows)
+        t -= S[:, None]  # exact (_row_kinds)
+        if parts is not None:
+            t[split], S[split] = parts
         s = np.einsum("ij,ij->i", t, t) / d + float(d) * d * eps
         mu = S / d
         finite = np.isfinite(S)
@@ -184,8 +226,9 @@ def _tier_a_unguarded(x, kind, eps, g, b, dt):
         r = 1.0 / np.sqrt(s)
         t *= r[:, None]
     y = t  # t is not needed again: y takes its place
-    # sum of squares: gamma_d; /d, + d^2 eps, sqrt, 1/: four more roundings; * r: one.
-    E = ((d + 3) / 2 + 5) * U * 1.01
+    # sum of squares: gamma_d (gamma_{d+2} for split rows, whose t carries one rounding);
+    # /d, + d^2 eps, sqrt, 1/: four more roundings; * r: one; split rows' t: one more.
+    E = ((d + 5) / 2 + 6) * U * 1.01
     if g is not None:
         y *= g
         E += U
@@ -364,7 +407,9 @@ def _decide_float64(yh, yl, delta):
     a = np.abs(h)
     with np.errstate(invalid="ignore", over="ignore"):
         up = np.spacing(a)  # to the next number away from 0
-        down = np.where(a == 0, up, a - np.nextafter(a, 0.0))  # toward 0: half at a power of 2
+        # toward 0 the spacing halves below a power of two (a normal number, not 0)
+        power_of_two = (a.view(np.uint64) & np.uint64((1 << 52) - 1)) == 0
+        down = np.where(power_of_two & (a >= 2.0**-1021), up / 2, up)
         away = np.where(h < 0, -l, l)  # the tail, measured away from 0
         margin = delta * 1.01
         # (twice the distances: half the smallest subnormal is not a float64 number)
