@@ -43,6 +43,7 @@ from .eps_swap import (  # noqa: F401  (re-exported: code written before the spl
     row_statistic,
     statistic_for_relative_change,
 )
+from .norms import rms_norm_default_eps
 
 __all__ = [
     "Released",
@@ -334,9 +335,8 @@ def torch_rmsnorm_eps(input_dtype=np.float32) -> float:
         raise ValueError(
             f"input_dtype must be float16, bfloat16, float32 or float64; got {dtype}"
         )
-    # Half-precision input is upcast for the computation, so its eps is float32's.
-    compute = np.float64 if dtype == np.float64 else np.float32
-    return float(np.finfo(compute).eps)
+    # The rule lneps.rms_norm(eps=None) follows too: one definition for both.
+    return rms_norm_default_eps(dtype)
 
 
 def effective_eps(row: EpsDefault, input_dtype=np.float32) -> float:

@@ -13,7 +13,7 @@ The work is done in one module per idea, re-exported here:
 from .formats import *  # noqa: F403
 from .formats import __all__ as _formats_all
 from .oracle import layer_norm_exact, layer_norm_value, rms_norm_exact, rms_norm_value
-from .report import fmt_ulp, text_table, ulp_table
+from .report import fmt_ulp, text_table
 from .rounded import *  # noqa: F403
 from .rounded import __all__ as _rounded_all
 from .survey import *  # noqa: F403
@@ -25,4 +25,4 @@ from .ulp import __all__ as _ulp_all
 # package's.)
 _oracle_all = ["layer_norm_exact", "rms_norm_exact", "layer_norm_value", "rms_norm_value"]
 __all__ = [*_formats_all, *_rounded_all, *_ulp_all, *_oracle_all, *_survey_all,
-           "fmt_ulp", "ulp_table", "text_table"]
+           "fmt_ulp", "text_table"]

@@ -9,9 +9,8 @@ import math
 
 import numpy as np
 
-from .survey import worst_over_d
 
-__all__ = ["fmt_vec", "decimal_place", "sci", "fmt_ulp", "ulp_table", "text_table"]
+__all__ = ["fmt_vec", "decimal_place", "sci", "fmt_ulp", "text_table"]
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
@@ -58,17 +57,6 @@ def fmt_ulp(v: float) -> str:
     if v == 0 or not math.isfinite(v):
         return f"{v:g}"
     return f"{v:.2f}" if v < 10 else (f"{v:.0f}" if v < 1e4 else f"{v:.1e}")
-
-
-def ulp_table(survey: dict, methods, families=None) -> str:
-    """:func:`text_table` of a :func:`worst_ulp_survey` result: one row per family (default:
-    the survey's, in its order), one column per method, each cell :func:`worst_over_d`
-    formatted by :func:`fmt_ulp`."""
-    methods = list(methods)
-    if families is None:
-        families = list(dict.fromkeys(f for _, f, _ in survey))
-    return text_table(["family"] + methods,
-                      [[fam] + [fmt_ulp(worst_over_d(survey, m, fam)) for m in methods] for fam in families])
 
 
 def text_table(header, rows) -> str:
