@@ -18,6 +18,8 @@ size there: text of :data:`MIN_TEXT_PT` (11 pt, 15.3 CSS px at design size) is t
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -70,9 +72,13 @@ def subplots(width: float, height: float, nrows: int = 1, ncols: int = 1, **kwar
                         layout="constrained", **kwargs)
 
 
-def smallest_text_pt(fig) -> float:
-    """The smallest font size (points) of any visible, non-empty text on ``fig``."""
-    fig.canvas.draw()  # tick labels exist only once the figure is drawn
+def smallest_text_pt(fig, *, drawn: bool = False) -> float:
+    """The smallest font size (points) of any visible, non-empty text on ``fig``.
+
+    Tick labels exist only once the figure is drawn: ``drawn=True`` says it just was (by
+    ``savefig``), which spares a second drawing."""
+    if not drawn:
+        fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(Text)
              if t.get_visible() and t.get_text().strip() and _on_figure(t, fig)]
     if not sizes:
@@ -118,17 +124,26 @@ def png(fig, *, close: bool = True) -> FigurePNG:
     css_width, css_height = round(width_in * CSS_PX_PER_INCH), round(height_in * CSS_PX_PER_INCH)
     if css_width > MAX_WIDTH:
         raise ValueError(f"the figure is {css_width} px wide; at most {MAX_WIDTH} px")
-    smallest = smallest_text_pt(fig)
+    buf = io.BytesIO()
+    # One drawing: savefig lays the figure out, then its text is measured and recorded.
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})  # no version string
+    smallest = smallest_text_pt(fig, drawn=True)
+    if close:
+        plt.close(fig)
     if smallest < MIN_TEXT_PT - 1e-9:
         raise ValueError(f"text of {smallest:g} pt is smaller than {MIN_TEXT_PT:g} pt: "
                          "unreadable on a phone")
     min_text_px = smallest * CSS_PX_PER_INCH / 72
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={
-        "Software": None,  # no version string: the bytes depend on the drawing only
-        "lneps:css-width": str(css_width),
-        "lneps:min-text-px": f"{min_text_px:.2f}",
-    })
-    if close:
-        plt.close(fig)
-    return FigurePNG(buf.getvalue(), css_width, css_height, min_text_px)
+    data = _with_text(buf.getvalue(), {"lneps:css-width": str(css_width),
+                                       "lneps:min-text-px": f"{min_text_px:.2f}"})
+    return FigurePNG(data, css_width, css_height, min_text_px)
+
+
+def _with_text(png_bytes: bytes, text: dict) -> bytes:
+    """The PNG with a tEXt chunk per key inserted before its image data (PNG spec, 11.3.4.3)."""
+    chunks = b""
+    for key, value in text.items():
+        body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
+        chunks += struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    at = png_bytes.index(b"IDAT") - 4  # the first image-data chunk starts with its length
+    return png_bytes[:at] + chunks + png_bytes[at:]
