@@ -40,8 +40,8 @@ def chapter_rows():
             + rng.normal(0, 1, (len(sigmas), 64, 1)))
     targets = np.logspace(-3, 1, 25)
     shapes = {
-        "Gaussian": rng.standard_normal((len(targets), 8, 4096)),
-        "Student t (3 dof)": rng.standard_t(3, (len(targets), 8, 4096)),
+        "Gaussian": rng.standard_normal((len(targets), 2, 4096)),
+        "Student t (3 dof)": rng.standard_t(3, (len(targets), 2, 4096)),
     }
     return sigmas, rows, targets, shapes
 

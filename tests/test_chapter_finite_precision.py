@@ -284,7 +284,7 @@ def test_float32_output_needs_float64_statistics(g):
     methods = {"float32 two-pass": lambda x: P.layer_norm_rounded(x, eps=EPS, dtype=F32),
                "float64 two-pass": float64_two_pass,
                "lneps default": lambda x: lneps.layer_norm(x, eps=EPS)}
-    s32 = P.oracle_survey(methods, eps=EPS, dtype=F32, ds=DS, rng=np.random.default_rng(32), elements=4096)
+    s32 = P.oracle_survey(methods, eps=EPS, dtype=F32, ds=DS, rng=np.random.default_rng(32), elements=2048)
     assert g["f32_twopass_normal"] == pytest.approx(worst(s32, "float32 two-pass", "N(0,1)"), rel=1e-9)
     assert g["f32_twopass_normal"] > 100 and g["f32_twopass_correct"] < 0.9
     assert g["f32_default_worst"] <= 0.5 and g["f32_default_correct"] == share(s32, "lneps default") == 1.0
@@ -322,7 +322,7 @@ def test_rmsnorm_section(g):
                 "float32": lambda x: lneps.rms_norm(x, eps=RMS_EPS, compute_dtype=F32),
                 "lneps default": lambda x: lneps.rms_norm(x, eps=RMS_EPS)}
     s = {low: P.oracle_survey(methods(low), kind="rms", eps=RMS_EPS, dtype=low, ds=DS,
-                              rng=np.random.default_rng(6), elements=4096) for low in (F16, BF16)}
+                              rng=np.random.default_rng(6), elements=2048) for low in (F16, BF16)}
     assert g["rms_naive16_1000"] == pytest.approx(worst(s[F16], "naive float16", "mean 1000, sd 1"), rel=1e-9)
     assert g["rms_naive16_normal"] == pytest.approx(worst(s[F16], "naive float16", "N(0,1)"), rel=1e-9)
     assert g["rms_naivebf_worst"] == pytest.approx(worst(s[BF16], "naive bfloat16"), rel=1e-9)
