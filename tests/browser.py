@@ -252,40 +252,113 @@ def html_pages(html_dir: Path) -> list[str]:
                   if "_static" not in p.parts and "_sources" not in p.parts)
 
 
-def _visit(browser, base: str, html_dir: Path, rel: str) -> dict:
-    context, page, log = new_page(browser, base)
+VISITS_AT_ONCE = 3  # pages loaded concurrently: MathJax typesets in each page's own process
+
+
+async def _visit_async(browser, base: str, html_dir: Path, rel: str) -> dict:
+    """One visit of ``base + rel`` in a fresh context (no cache): what the browser and layout
+    tests check, at every size of :data:`VIEWPORTS` for a chapter page."""
+    context = await browser.new_context(service_workers="block", viewport={
+        "width": VIEWPORTS["desktop"][0], "height": VIEWPORTS["desktop"][1]})
+    context.set_default_timeout(TIMEOUT_MS)
+    log = {"external": [], "console": [], "failed": [], "requests": []}
+
+    async def abort(r):
+        log["external"].append(r.request.url)
+        await r.abort()
+
+    await context.route(re.compile("^(?!" + re.escape(base) + ")"), abort)
+    page = await context.new_page()
+    page.on("console", lambda m: m.type == "error" and log["console"].append(m.text))
+    page.on("pageerror", lambda e: log["console"].append(f"uncaught: {e}"))
+    page.on("request", lambda r: log["requests"].append(r.url))
+    page.on("response", lambda r: r.status >= 400 and log["failed"].append(f"{r.status} {r.url}"))
+    page.on("requestfailed", lambda r: log["failed"].append(f"{r.failure} {r.url}"))
     try:
-        page.goto(base + rel, wait_until="load")
+        await page.goto(base + rel, wait_until="load")
         refresh = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"',
                             (html_dir / rel).read_text(encoding="utf-8"), re.IGNORECASE)
         if refresh:  # _build/html/index.html only redirects to the root page
-            page.wait_for_url(urljoin(base + rel, refresh.group(1)))
-            page.wait_for_load_state("load")
-        ready = page.evaluate(MATHJAX_READY_JS)
-        formulas = page.evaluate(FORMULAS_JS)
-        images = page.evaluate(IMAGES_JS)
-        text = page.evaluate(VISIBLE_TEXT_JS)
-        download = page.eval_on_selector_all(
+            await page.wait_for_url(urljoin(base + rel, refresh.group(1)))
+            await page.wait_for_load_state("load")
+        ready = await page.evaluate(MATHJAX_READY_JS)
+        formulas = await page.evaluate(FORMULAS_JS)
+        images = await page.evaluate(IMAGES_JS)
+        text = await page.evaluate(VISIBLE_TEXT_JS)
+        download = await page.eval_on_selector_all(
             "a.btn-download-source-button", "els => els.map(e => e.href)")
-        downloads = page.eval_on_selector_all(
+        downloads = await page.eval_on_selector_all(
             ".dropdown-download-buttons a", "els => els.map(e => e.href)")
         layout = {}
-        if not refresh and page.query_selector("article.bd-article"):
-            page.evaluate(OPEN_ALL_JS)
+        if not refresh and await page.query_selector("article.bd-article"):
+            await page.evaluate(OPEN_ALL_JS)
             for size, (width, height) in VIEWPORTS.items():
-                page.set_viewport_size({"width": width, "height": height})
-                layout[size] = page.evaluate(LAYOUT_JS)
+                await page.set_viewport_size({"width": width, "height": height})
+                layout[size] = await page.evaluate(LAYOUT_JS)
         return {"url": page.url, "mathjax_ready": ready, "formulas": formulas, "images": images,
                 "raw_tex": sorted(set(RAW_TEX.findall(text))), "download": download,
                 "downloads": downloads, "layout": layout, **log}
     finally:
-        context.close()
+        await context.close()
+
+
+def start_visits(html_dir: Path):
+    """Begin visiting every page of ``html_dir``, :data:`VISITS_AT_ONCE` at a time, with a
+    server and an async Playwright of their own in a thread of their own (so that the visits
+    can run beside other tests, and the sync API's browser serves those meanwhile). Returns
+    ``finish()``, which waits and returns {page: visit} or raises what the visits raised."""
+    import asyncio
+
+    from playwright.async_api import async_playwright
+
+    pages = html_pages(html_dir)
+
+    async def main(base):
+        async with async_playwright() as pw:
+            chromium = await pw.chromium.launch(executable_path=CHROMIUM)
+            gate = asyncio.Semaphore(VISITS_AT_ONCE)
+
+            async def one(rel):
+                async with gate:
+                    return rel, {"base": base, **await _visit_async(chromium, base, html_dir, rel)}
+
+            try:
+                return dict(await asyncio.gather(*(one(rel) for rel in pages)))
+            finally:
+                await chromium.close()
+
+    out: dict = {}
+
+    def run():
+        base, stop = serve(html_dir)
+        try:
+            out["result"] = asyncio.run(main(base))
+        except BaseException as exc:  # re-raised in the thread that calls finish()
+            out["error"] = exc
+        finally:
+            stop()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+
+    def finish() -> dict:
+        worker.join()
+        if "error" in out:
+            raise out["error"]
+        return {rel: out["result"][rel] for rel in pages}
+
+    return finish
+
+
+# Visits begun by tests/conftest.py as soon as the background book build ended, by folder.
+EARLY_VISITS: dict = {}
 
 
 @pytest.fixture(scope="session")
-def visits(browser, site, html_dir, report) -> dict:
-    pages = html_pages(html_dir)
-    result = {rel: _visit(browser, site, html_dir, rel) for rel in pages}
+def visits(browser, html_dir, report) -> dict:
+    finish = EARLY_VISITS.pop(html_dir.resolve(), None) or start_visits(html_dir)
+    result = finish()
+    pages = list(result)
     typeset = sum(v["formulas"]["containers"] for v in result.values())
     external = sum(len(v["external"]) for v in result.values())
     report.lines.append(

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,12 @@ _BUILD: dict = {}
 @functools.cache
 def _names_built_book(path: str) -> bool:
     return path.endswith(".py") and "built_book" in Path(path).read_text()
+
+
+@functools.cache
+def _names_measurements(path: str) -> bool:
+    text = Path(path).read_text() if path.endswith(".py") else ""
+    return re.search(r"from network_data import .*\bmeasurements\b", text) is not None
 
 
 def _uses_build(item) -> bool:
@@ -48,10 +55,35 @@ def pytest_collection_modifyitems(session, config, items):
     if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     late = [item for item in items if _uses_build(item)]
-    items[:] = [item for item in items if item not in late] + late
+    # The network's activations are computed once, by the build's notebook, into its cache in
+    # _build: the tests that read them run after the other tests and nbval, when that cache
+    # is there (computing them here too, while the build runs, cost 10 s on 2 cores).
+    network = [item for item in items if item not in late and _names_measurements(str(item.fspath))]
+    items[:] = [item for item in items if item not in late and item not in network] + network + late
     # Start early only a build that will surely be used; others start on first request.
     if any("built_book" in getattr(item, "fixturenames", ()) for item in late):
         _start_build()
+        wants = lambda name: any(name in getattr(item, "fixturenames", ()) for item in late)
+        watcher = threading.Thread(target=_after_build, args=(wants("built_pdf"), wants("visits")),
+                                   daemon=True)
+        watcher.start()
+        _BUILD["watcher"] = watcher
+
+
+def _after_build(pdf: bool, visits: bool):
+    """When the background build ends well, start `make pdf` and the visits of every page
+    (tests/browser.py) at once, if the session will use them: they then run beside the unit
+    tests and nbval (one core) instead of after them."""
+    if _BUILD["proc"].wait() != 0:
+        return
+    if pdf:
+        _start_pdf()
+    if visits and not os.environ.get("LNEPS_BOOK_HTML"):
+        import browser
+
+        if browser._unavailable() is None:
+            html = (ROOT / "_build" / "html").resolve()
+            browser.EARLY_VISITS[html] = browser.start_visits(html)
 
 
 def pytest_sessionfinish(session):
@@ -78,6 +110,8 @@ def built_book(request):
     if "proc" not in _BUILD:
         _start_build()
     code = _BUILD["proc"].wait()
+    if "watcher" in _BUILD:  # it has then started what it starts
+        _BUILD["watcher"].join()
     log = _BUILD["log"]
     log.seek(0)
     wants_pdf = any("built_pdf" in getattr(item, "fixturenames", ()) for item in request.session.items)
