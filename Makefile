@@ -17,7 +17,9 @@ PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_stati
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 # Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
 # before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
-BOOK_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+# One more than the cores: a kernel starting up waits on its handshakes, and the extra job
+# fills those gaps (measured on 2 cores: 17.0 s against 18.1 s for the nine notebooks).
+BOOK_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 
 # The kernel inherits these: fixed hash seed (set ordering) and the venv's kernelspec first.

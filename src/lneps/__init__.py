@@ -1,15 +1,18 @@
 """lneps: the layer-normalization epsilon, computed.
 
 The package behind the book: short, pure NumPy functions, each one formula, that the notebooks
-import and the tests check against closed forms and the seeds' numbers.
+import and the tests check against closed forms, an exact oracle and the sources' numbers.
 
-Numeric functions are importable from ``lneps`` directly. The SymPy derivations
-(``lneps.symbolic``), the response family (``lneps.response``), the framework defaults
-(``lneps.defaults``), floating-point formats and rounded arithmetic (``lneps.precision``),
-the chapter-1 slider (``lneps.slider``), the backward pass's derivation
-(``lneps.symbolic_backward``), the NumPy all-MiniLM-L6-v2 (``lneps.minilm``) and the statistics
-of its LayerNorm inputs (``lneps.activations``) are submodules, loaded on first use so that
-``import lneps`` stays light.
+``layer_norm``, ``rms_norm``, ``group_norm`` and ``batch_norm`` (correctly rounded by default:
+:mod:`lneps.norms`), their backward passes, the Jacobian and the softmax are importable
+from ``lneps`` directly. Everything else is a submodule, loaded on first use so that
+``import lneps`` stays light: the SymPy derivations (``symbolic``, ``symbolic_backward``), the
+kernel and its exact oracle (``kernel``, ``dd``, ``rounding``, ``oracle``), finite precision
+(``precision``, with ``formats``, ``rounded``, ``ulp``, ``survey``), the response family
+(``response``), defaults and epsilon swaps (``defaults``, ``eps_swap``), the frameworks'
+measurements and incidents (``frameworks``, ``incidents``), the trained network (``minilm``,
+``activations``), and the book's figures, tables and slider (``figures``, ``report``,
+``slider``).
 """
 
 import importlib
