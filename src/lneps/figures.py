@@ -22,7 +22,8 @@ import struct
 import zlib
 
 import matplotlib
-import matplotlib.pyplot as plt
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 __all__ = ["CSS_PX_PER_INCH", "DPI", "MIN_TEXT_PT", "MAX_WIDTH", "STYLE", "subplots", "png",
@@ -55,12 +56,16 @@ STYLE = {
 
 
 def subplots(width: float, height: float, nrows: int = 1, ncols: int = 1, **kwargs):
-    """``plt.subplots`` for a figure shown ``width`` x ``height`` CSS px, in :data:`STYLE`.
+    """``(fig, axes)`` like ``plt.subplots``, for a figure shown ``width`` x ``height`` CSS
+    px, in :data:`STYLE`.
 
     The layout is constrained (labels kept inside the figure), so the saved image is exactly
     the design size, with no tight-bbox cropping that would change it. :data:`STYLE` goes
     into matplotlib's rcParams, so the labels, legends and titles added afterwards get it
-    too (each notebook runs in its own kernel).
+    too (each notebook runs in its own kernel). The figure is a bare
+    :class:`~matplotlib.figure.Figure` on an Agg canvas, not a pyplot one: nothing shows it
+    but :func:`png`, nothing has to close it, and a notebook never loads pyplot (0.15 s a
+    kernel).
     """
     for label, value in (("width", width), ("height", height)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
@@ -68,8 +73,9 @@ def subplots(width: float, height: float, nrows: int = 1, ncols: int = 1, **kwar
     if width > MAX_WIDTH:
         raise ValueError(f"width {width} px is wider than the book's figures ({MAX_WIDTH} px)")
     matplotlib.rcParams.update(STYLE)
-    return plt.subplots(nrows, ncols, figsize=(width / CSS_PX_PER_INCH, height / CSS_PX_PER_INCH),
-                        layout="constrained", **kwargs)
+    fig = Figure(figsize=(width / CSS_PX_PER_INCH, height / CSS_PX_PER_INCH), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def smallest_text_pt(fig, *, drawn: bool = False) -> float:
@@ -114,8 +120,8 @@ class FigurePNG:
                 f"smallest text {self.min_text_px:.1f} px>")
 
 
-def png(fig, *, close: bool = True) -> FigurePNG:
-    """Render ``fig`` (made by :func:`subplots`) as a :class:`FigurePNG`; close it.
+def png(fig) -> FigurePNG:
+    """Render ``fig`` (made by :func:`subplots`) as a :class:`FigurePNG`.
 
     Raises ``ValueError`` if any text is below :data:`MIN_TEXT_PT`, or the figure is wider
     than :data:`MAX_WIDTH` CSS px: such a figure would be unreadable on a phone.
@@ -128,8 +134,6 @@ def png(fig, *, close: bool = True) -> FigurePNG:
     # One drawing: savefig lays the figure out, then its text is measured and recorded.
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})  # no version string
     smallest = smallest_text_pt(fig, drawn=True)
-    if close:
-        plt.close(fig)
     if smallest < MIN_TEXT_PT - 1e-9:
         raise ValueError(f"text of {smallest:g} pt is smaller than {MIN_TEXT_PT:g} pt: "
                          "unreadable on a phone")

@@ -324,7 +324,7 @@ def save_response_figure(path, fig: Figure | None = None) -> Path:
     if fig is None:
         fig = response_figure()
     with _style():
-        data = figures.png(fig, close=False).data
+        data = figures.png(fig).data
     # Write then rename: the build and the notebook checks may run this notebook at the same
     # time, and Sphinx must never copy a half-written file.
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
