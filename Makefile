@@ -15,6 +15,7 @@ INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml
 # re-reads, so a change here rebuilds every page (--all; nothing is executed again).
 PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_static tools -name '*.css' -o -name '*.js' -o -name 'sphinx_*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
+BOOK_ALL = $(if $(filter $(PAGES_HASH),$(shell cat _build/.pages-hash 2>/dev/null)),,--all)
 # Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
 # before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
 # One more than the cores: a kernel starting up waits on its handshakes, and the extra job
@@ -43,15 +44,26 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 book: $(STAMP)
 	@if [ "$$(cat _build/.inputs-hash 2>/dev/null)" != "$(INPUTS_HASH)" ]; then \
 		echo "src/ or the pins changed: building from scratch"; rm -rf _build; fi
-	@# Skipped (0.6 s) when no notebook changed since the last fill; the stamp is made before
-	@# the run, so an edit during it is seen next time. myst-nb executes whatever is missed.
-	@mkdir -p _build; if [ ! -f _build/.prefilled ] || [ -n "$$(find $(BOOK_NOTEBOOKS) -newer _build/.prefilled)" ]; then \
-		touch _build/.prefilling; \
-		echo "$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) book/*.ipynb"; \
-		$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) $(BOOK_NOTEBOOKS) \
-		&& mv _build/.prefilling _build/.prefilled; fi
-	$(BIN)/jupyter-book build . $(BOOK_FLAGS) \
-		$(if $(filter $(PAGES_HASH),$(shell cat _build/.pages-hash 2>/dev/null)),,--all)
+	@# The notebooks execute into the cache in the background (skipped, 0.6 s, when none changed
+	@# since the last fill; the stamp is made before the run, so an edit during it is seen next
+	@# time) while Sphinx starts and reads each notebook as soon as it is cached
+	@# (tools/sphinx_wait_for_prefill.py); myst-nb executes whatever is missed. The exit code is
+	@# the build's, or 1 if executing failed.
+	@mkdir -p _build; prefill=; \
+	if [ ! -f _build/.prefilled ] || [ -n "$$(find $(BOOK_NOTEBOOKS) -newer _build/.prefilled)" ]; then \
+		touch _build/.prefilling; rm -rf _build/.prefill; \
+		echo "$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) --signal _build/.prefill book/*.ipynb &"; \
+		$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) \
+			--signal _build/.prefill $(BOOK_NOTEBOOKS) & prefill=$$!; \
+		export LNEPS_PREFILL_DIR="$(CURDIR)/_build/.prefill" LNEPS_PREFILL_PID=$$prefill; \
+	fi; \
+	echo "$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL)"; \
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL); built=$$?; \
+	if [ -n "$$prefill" ]; then \
+		if wait $$prefill; then mv _build/.prefilling _build/.prefilled; \
+		else echo "make book: executing the notebooks failed" >&2; built=1; fi; \
+	fi; \
+	exit $$built
 	@echo "$(INPUTS_HASH)" > _build/.inputs-hash
 	@echo "$(PAGES_HASH)" > _build/.pages-hash
 
