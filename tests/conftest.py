@@ -63,9 +63,9 @@ def pytest_collection_modifyitems(session, config, items):
     # Start early only a build that will surely be used; others start on first request.
     if any("built_book" in getattr(item, "fixturenames", ()) for item in late):
         _start_build()
-        wants = lambda name: any(name in getattr(item, "fixturenames", ()) for item in late)
-        watcher = threading.Thread(target=_after_build, args=(wants("built_pdf"), wants("visits")),
-                                   daemon=True)
+        pdf, visits = (any(name in getattr(item, "fixturenames", ()) for item in late)
+                       for name in ("built_pdf", "visits"))
+        watcher = threading.Thread(target=_after_build, args=(pdf, visits), daemon=True)
         watcher.start()
         _BUILD["watcher"] = watcher
 
