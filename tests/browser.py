@@ -224,6 +224,16 @@ def site(html_dir):
     stop()
 
 
+def _record(page, log: dict) -> None:
+    """Record the page's console errors, requests and failed requests into ``log`` (the
+    sync and the async API register listeners alike)."""
+    page.on("console", lambda m: m.type == "error" and log["console"].append(m.text))
+    page.on("pageerror", lambda e: log["console"].append(f"uncaught: {e}"))
+    page.on("request", lambda r: log["requests"].append(r.url))
+    page.on("response", lambda r: r.status >= 400 and log["failed"].append(f"{r.status} {r.url}"))
+    page.on("requestfailed", lambda r: log["failed"].append(f"{r.failure} {r.url}"))
+
+
 def new_page(browser, base: str, viewport=VIEWPORTS["desktop"]):
     """A fresh page (no cache) that aborts and records requests to any other host."""
     context = browser.new_context(service_workers="block",
@@ -239,11 +249,7 @@ def new_page(browser, base: str, viewport=VIEWPORTS["desktop"]):
     # the browser); intercepting every local request too would slow each page down.
     context.route(re.compile("^(?!" + re.escape(base) + ")"), abort)
     page = context.new_page()
-    page.on("console", lambda m: m.type == "error" and log["console"].append(m.text))
-    page.on("pageerror", lambda e: log["console"].append(f"uncaught: {e}"))
-    page.on("request", lambda r: log["requests"].append(r.url))
-    page.on("response", lambda r: r.status >= 400 and log["failed"].append(f"{r.status} {r.url}"))
-    page.on("requestfailed", lambda r: log["failed"].append(f"{r.failure} {r.url}"))
+    _record(page, log)
     return context, page, log
 
 
@@ -269,11 +275,7 @@ async def _visit_async(browser, base: str, html_dir: Path, rel: str) -> dict:
 
     await context.route(re.compile("^(?!" + re.escape(base) + ")"), abort)
     page = await context.new_page()
-    page.on("console", lambda m: m.type == "error" and log["console"].append(m.text))
-    page.on("pageerror", lambda e: log["console"].append(f"uncaught: {e}"))
-    page.on("request", lambda r: log["requests"].append(r.url))
-    page.on("response", lambda r: r.status >= 400 and log["failed"].append(f"{r.status} {r.url}"))
-    page.on("requestfailed", lambda r: log["failed"].append(f"{r.failure} {r.url}"))
+    _record(page, log)
     try:
         await page.goto(base + rel, wait_until="load")
         refresh = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"',

@@ -71,13 +71,19 @@ def _layer_norm(h, gamma, beta, eps):
     return gamma * v / s + beta, v / s, s
 
 
-def _toy_losses(eps, steps=3):
-    """The chapter's training run, written out here (forward and backward by hand)."""
+def _toy_start():
+    """The chapter's toy network at its start: inputs (row 0 all zero), targets, and the
+    weights W1, gamma, beta, W2."""
     rng = np.random.default_rng(7)
     x = rng.normal(size=(64, 12))
     x[0] = 0.0
     target = rng.normal(size=(64, 4))
-    W1, gamma, beta, W2 = rng.normal(size=(12, 16)) / 4, np.ones(16), np.zeros(16), rng.normal(size=(16, 4)) / 4
+    return x, target, (rng.normal(size=(12, 16)) / 4, np.ones(16), np.zeros(16), rng.normal(size=(16, 4)) / 4)
+
+
+def _toy_losses(eps, steps=3):
+    """The chapter's training run, written out here (forward and backward by hand)."""
+    x, target, (W1, gamma, beta, W2) = _toy_start()
     losses = []
     for _ in range(steps):
         h = x @ W1
@@ -147,11 +153,7 @@ def test_exercise_3_solution():
     import lneps
 
     def losses(eps):
-        rng = np.random.default_rng(7)
-        x = rng.normal(size=(64, 12))
-        x[0] = 0.0
-        target = rng.normal(size=(64, 4))
-        W1, gamma, beta, W2 = rng.normal(size=(12, 16)) / 4, np.ones(16), np.zeros(16), rng.normal(size=(16, 4)) / 4
+        x, target, (W1, gamma, beta, W2) = _toy_start()
         out_losses = []
         for _ in range(3):
             h = x @ W1
