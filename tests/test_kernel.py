@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lneps
-from lneps import kernel, oracle
+from lneps import kernel, kernel_dd, kernel_settle, kernel_triple, oracle
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]
@@ -20,8 +20,9 @@ ELEMENTS = 1 << 15  # per family, format and d: 7 families x 5 d x 3 formats x 3
 
 
 def same(a, b):
+    """Equal values, zeros of the same sign, or both NaN."""
     a, b = np.asarray(a, dtype=F64), np.asarray(b, dtype=F64)
-    return (a == b) | (np.isnan(a) & np.isnan(b))
+    return ((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b))
 
 
 def assert_correctly_rounded(x, gamma=None, beta=None, eps=1e-5, kind="layer"):
@@ -240,7 +241,268 @@ def test_rows_with_a_tiny_element_are_split_and_stay_in_tier_a(dt, tiny):
     x[:, 7] = dt(tiny)
     counts = {}
     kernel.normalize(x, kind="layer", eps=1e-5, counts=counts)
-    exact, split = kernel._row_kinds(x)
+    exact, split, _ = kernel._row_kinds(x)
     assert split.all() and not exact.any()
     assert counts["double_double_rows"] < 8  # only rows holding an element near a boundary
     assert_correctly_rounded(x)
+
+
+# --- signed zeros, in every format and every tier --------------------------------------------
+
+ALL = [F16, BF16, F32, F64]
+
+
+def _force(monkeypatch, tier):
+    """Send the undecided (or every) element to one tier: "double-double" (16- and 32-bit rows
+    skip the float64 tier), "no-vectorized-exact" (the exact tier's float64 settling finds
+    nothing), "triple" (nothing is decided before triple precision), "fractions" (nothing
+    before rational arithmetic)."""
+    if tier in ("double-double", "triple", "fractions"):
+        kinds = kernel._kinds
+
+        def unproven(xin, chunks=None):
+            exact, split, finite, top = kinds(xin, chunks)
+            return exact & False, split & False, finite, top
+
+        monkeypatch.setattr(kernel, "_kinds", unproven)
+    if tier in ("no-vectorized-exact", "triple", "fractions"):
+        monkeypatch.setattr(kernel_settle, "settle", lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
+        monkeypatch.setattr(kernel, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
+    if tier in ("triple", "fractions"):
+        finish = kernel_dd.finish_values
+
+        def undecided(*args):
+            y, flags = finish(*args)
+            return y, np.ones_like(flags)
+
+        for module in (kernel_settle, kernel_dd):  # tier B on rows and on elements, normalize_with's
+            monkeypatch.setattr(module, "finish_values", undecided)
+    if tier == "fractions":
+        values = kernel_triple.TripleRows.values
+
+        def nothing(self, *args):
+            y, flags = values(self, *args)
+            return y, np.ones_like(flags)
+
+        monkeypatch.setattr(kernel_triple.TripleRows, "values", nothing)
+
+
+TIERS = ["default", "double-double", "no-vectorized-exact", "triple", "fractions"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: np.dtype(d).name)
+def test_an_exact_zero_is_plus_zero_and_a_rounded_one_keeps_its_sign(dt, tier, monkeypatch):
+    _force(monkeypatch, tier)
+    row = np.array([[1, 1, 1, 3, 3, 3]], dtype=dt)  # u = -1, -1, -1, 1, 1, 1 exactly with eps = 0
+    counts = {}
+    y, _, _ = kernel.normalize(row, kind="layer", eps=0.0, gamma=np.float64(1.25), beta=np.float64(-1.25), counts=counts)
+    assert list(y[0].astype(F64)) == [-2.5] * 3 + [0.0] * 3
+    assert not np.signbit(y[0, 3:].astype(F64)).any()  # 1.25 * 1 - 1.25 = 0 exactly: +0
+    if tier == "fractions":
+        assert counts["fraction_elements"] == 6
+    elif tier == "triple":  # triple precision decides -2.5; an exact 0 needs exact arithmetic
+        assert counts["triple_elements"] == 6 and counts["fraction_elements"] == 3
+    elif dt != F64 and tier == "default":
+        assert counts["exact_elements"] == 3 and counts["fraction_elements"] == 0
+    # eps = 2^-60: u = 1/sqrt(1 + 2^-60) < 1, so 1.25 u - 1.25 < 0 is tiny: -0 in float16,
+    # a tiny negative number elsewhere, never +0
+    y = lneps.layer_norm(row, np.float32(1.25), np.float32(-1.25), eps=2.0**-60).astype(F64)[0]
+    want = oracle.layer_norm_exact(row, np.full(6, 1.25), np.full(6, -1.25), eps=2.0**-60)[0]
+    assert same(y, want).all() and np.signbit(y[3:]).all()
+    assert (y[3:] == 0).all() if dt == F16 else (y[3:] < 0).all()
+    # gamma 0 or -0: every result is exactly 0, +0; t = 0 (the middle of [1, 2, 3]) with
+    # beta -0 is 0 + (-0) = +0 as well
+    x = np.array([[1, 2, 3], [-5, 0.5, 7]], dtype=dt)
+    for gamma in (0.0, -0.0):
+        y = lneps.layer_norm(x, gamma, eps=1e-5).astype(F64)
+        assert (y == 0).all() and not np.signbit(y).any()
+    y = lneps.layer_norm(x[:1], -1.0, -0.0, eps=0.0).astype(F64)[0]
+    assert y[1] == 0 and not np.signbit(y[1])
+    # a negative value below half the smallest subnormal rounds to -0, a positive one to +0
+    tiny = float(ml_dtypes.finfo(dt).smallest_subnormal)
+    x = np.array([[1.0] + [0.0] * 8, [-2.0] + [0.0] * 8], dtype=dt)  # u = +-2 sqrt 2, -+1/(2 sqrt 2)
+    y = lneps.layer_norm(x, tiny, eps=0.0).astype(F64)
+    assert list(y[:, 0]) == [3 * tiny, -3 * tiny]
+    assert (y[:, 1:] == 0).all() and np.signbit(y[0, 1:]).all() and not np.signbit(y[1, 1:]).any()
+    assert same(y, oracle.layer_norm_exact(x, np.full(x.shape, tiny), eps=0.0)).all()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: np.dtype(d).name)
+def test_signed_zeros_of_rms_norm_and_batch_norm(dt, tier, monkeypatch):
+    _force(monkeypatch, tier)
+    x = np.array([[1, -1, 1, -1], [0, 0, 2, -2]], dtype=dt)  # s = 1 exactly with eps = 0
+    y = lneps.rms_norm(x, np.array([1.0, 1.0, -0.0, 0.0]), eps=0.0).astype(F64)
+    assert list(y[0]) == [1.0, -1.0, 0.0, 0.0] and not np.signbit(y[:, 2:]).any()
+    assert (y[1, :2] == 0).all() and not np.signbit(y[1, :2]).any()  # x = 0: exactly 0
+    got = lneps.batch_norm(x.T, beta=-0.0, training=False, running_mean=np.array([1.0, 0.0]),
+                           running_var=np.array([0.0, 1.0]), eps=1.0).astype(F64)
+    assert not np.signbit(got[got == 0]).any()  # x - m = 0 exactly: +0
+
+
+# --- exact ties and cancellation, settled vectorized -----------------------------------------
+
+
+def tie_rows(n, d, dt):
+    return np.where(np.arange(d) < d // 2, 1.0, 3.0)[None, :].repeat(n, 0).astype(dt)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: np.dtype(d).name)
+def test_exact_ties_and_cancellation_never_reach_fractions(dt):
+    half = float(ml_dtypes.finfo(dt).eps) / 2  # half an ulp of 1
+    x = tie_rows(8, 512, dt)
+    for gamma, beta, want_hi, want_lo in ((1.0, half, 1.0, -1.0 + half),  # 1 + h ties down to 1
+                                          (1.0, 3 * half, 1.0 + 4 * half, -1.0 + 3 * half),  # ties up to even
+                                          (1.25, -1.25, 0.0, -2.5),  # exact cancellation: +0
+                                          (-3.0, 3.0, 0.0, 6.0)):
+        counts = {}
+        y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=np.float64(gamma), beta=np.float64(beta), counts=counts)
+        y = y.astype(F64)
+        assert (y[:, 256:] == want_hi).all() and (y[:, :256] == want_lo).all(), (gamma, beta)
+        assert not np.signbit(y[y == 0]).any()
+        assert counts["fraction_elements"] == 0 and counts["exact_elements"] > 0
+    # RMS ties: rows of -1, 1 have s = 1 with eps = 0; gamma 1 + h puts y on a midpoint
+    x = np.tile(np.array([1.0, -1.0], dtype=dt), (4, 64))
+    counts = {}
+    y, _, _ = kernel.normalize(x, kind="rms", eps=0.0, gamma=np.float64(1 + half), counts=counts)
+    assert (np.abs(y.astype(F64)) == 1.0).all() and counts["fraction_elements"] == 0
+    y, _, _ = kernel.normalize(x, kind="rms", eps=0.0, gamma=np.float64(1 + 3 * half), counts=counts)
+    assert (np.abs(y.astype(F64)) == 1 + 4 * half).all() and counts["fraction_elements"] == 0
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: np.dtype(d).name)
+def test_rows_of_two_values_of_any_bits_are_exact_ties_settled_vectorized(dt):
+    # Two values in equal numbers normalize to exactly -1 and +1 whatever their bits (0.1 and
+    # 0.7 fill float32's and float64's significands); k and 4k of them to -1/2 and 2.
+    half = float(ml_dtypes.finfo(dt).eps) / 2
+    for a, b, na, nb in ((0.1, 0.7, 256, 256), (-3.3, 1e-3, 256, 256), (0.1, 0.7, 256, 64), (0.1, 0.7, 64, 256)):
+        x = np.array([a] * na + [b] * nb)[None, :].repeat(3, 0).astype(dt)
+        for beta in (half, 3 * half, -half / 2):
+            counts = {}
+            y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, beta=np.float64(beta), counts=counts)
+            assert same(y, oracle.layer_norm_exact(x, beta=np.full(x.shape[1], beta), eps=0.0)).all()
+            assert counts["fraction_elements"] == 0
+    # a constant row: 0/0 with eps = 0, and exactly beta otherwise
+    x = np.full((2, 300), 0.1, dtype=dt)
+    for eps, want in ((0.0, np.nan), (1e-5, 0.25)):
+        counts = {}
+        y, _, _ = kernel.normalize(x, kind="layer", eps=eps, beta=np.float64(0.25), counts=counts)
+        assert same(y, np.full(x.shape, want)).all() and counts["fraction_elements"] == 0
+    x = np.array([[0.1, -0.1, -0.1, 0.1]], dtype=dt)  # RMS norm: one magnitude
+    counts = {}
+    y, _, _ = kernel.normalize(x, kind="rms", eps=0.0, gamma=np.float64(1 + half), counts=counts)
+    assert list(y[0].astype(F64)) == [1.0, -1.0, -1.0, 1.0] and counts["fraction_elements"] == 0
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: np.dtype(d).name)
+def test_exact_quotients_with_a_long_gain_and_a_bias(dt):
+    # [0, 1, ..., 6] has variance 4: u = -1.5 ... 1.5 exactly. gamma = 1 + 2^-52 makes gamma u a
+    # 54-bit product, so y = gamma u + beta is a three-float sum, rounded exactly.
+    x = np.arange(7, dtype=dt)[None, :].repeat(3, 0)
+    gamma = np.full(7, 1 + 2.0**-52)
+    beta = np.array([0.5, -0.25, 2.0**-30, 1.0, -2.0**-40, 3.0, -1.5])
+    counts = {}
+    y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=gamma[None, :], beta=beta[None, :], counts=counts)
+    assert same(y, oracle.layer_norm_exact(x, gamma, beta, eps=0.0)).all()
+    assert counts["fraction_elements"] == 0
+
+
+def test_only_rare_irrational_near_ties_reach_fractions():
+    rng = np.random.default_rng(64)
+    counts = {}
+    kernel.normalize(rng.normal(size=(256, 1000)), kind="layer", eps=1e-5, counts=counts)
+    assert counts["fraction_elements"] <= 2
+    counts = {}
+    kernel.normalize(1e6 + rng.normal(size=(64, 1000)), kind="layer", eps=1e-5, counts=counts)
+    assert counts["fraction_elements"] <= 2
+
+
+# --- long rows, in column chunks ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", [F32, F64, BF16], ids=lambda d: np.dtype(d).name)
+def test_rows_longer_than_a_block_are_correctly_rounded(dt):
+    d = 3 * kernel.BLOCK_ELEMENTS + 123
+    rng = np.random.default_rng(9)
+    x = rng.standard_t(3, (2, d)).astype(dt)
+    x[1, ::7] = dt(1.0)  # a second row with many repeated values
+    g = rng.normal(1, 0.2, d).astype(dt).astype(F64)
+    b = rng.normal(0, 0.2, d).astype(dt).astype(F64)
+    if dt != F64:
+        assert_correctly_rounded(x, g, b)
+        assert_correctly_rounded(x, g, kind="rms", eps=1e-6)
+    else:  # the vectorized oracle settles most float64 elements one by one: the judge, on a sample
+        from judge import judge_columns, misrounded
+
+        cols = np.concatenate([rng.integers(0, d, 300), np.arange(kernel.BLOCK_ELEMENTS - 3, kernel.BLOCK_ELEMENTS + 3)])
+        got = lneps.layer_norm(x, g, b)
+        assert not misrounded(got[1, cols], judge_columns(x[1], cols, g, b, eps=1e-5)).any()
+        got = lneps.rms_norm(x, g, eps=1e-6)
+        assert not misrounded(got[0, cols], judge_columns(x[0], cols, g, eps=1e-6, kind="rms")).any()
+    # exact ties across chunk boundaries are settled without fractions
+    half = float(ml_dtypes.finfo(dt).eps) / 2
+    counts = {}
+    y, _, _ = kernel.normalize(tie_rows(1, d - 1, dt), kind="layer", eps=0.0, beta=np.float64(half), counts=counts)
+    assert (y[0, (d - 1) // 2:].astype(F64) == 1.0).all() and counts["fraction_elements"] == 0
+
+
+def test_a_long_row_holding_nan_or_inf_follows_the_plain_formula():
+    d = 2 * kernel.BLOCK_ELEMENTS + 5
+    x = np.random.default_rng(3).normal(size=(2, d)).astype(F32)
+    x[0, d - 3] = np.nan
+    x[1, 5] = np.inf
+    y = lneps.layer_norm(x)
+    x64 = x.astype(F64)
+    with np.errstate(invalid="ignore"):
+        v = x64 - x64.mean(axis=1, keepdims=True)
+        plain = (v / np.sqrt((v * v).mean(axis=1, keepdims=True) + 1e-5)).astype(F32)
+    assert same(y, plain).all() and np.isnan(y).all()  # inf - inf: NaN in those rows only
+
+
+def test_a_long_row_needs_a_few_megabytes_beyond_its_output():
+    import tracemalloc
+
+    x = np.random.default_rng(20).normal(size=(1, 1 << 20)).astype(F32)
+    lneps.layer_norm(x[:, :1000])
+    tracemalloc.start()
+    y = lneps.layer_norm(x)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak - y.nbytes < 16 * 2**20  # (the old kernel: about 190 MB here)
+
+
+# --- float64: triple precision where double-double cannot decide ----------------------------
+
+
+def test_a_float64_bias_cancelling_gamma_u_is_decided_in_triple_precision():
+    # beta = -(gamma u rounded to float64): y = gamma u - fl(gamma u) is about 2^-53 |u|, and
+    # its float64 rounding needs u to about 2^-110; double-double gives 2^-100.
+    rng = np.random.default_rng(53)
+    x = rng.normal(size=(6, 200))
+    g = rng.normal(1, 0.3, 200)
+    for r in range(x.shape[0]):
+        u, _ = oracle.layer_norm_value(x[r:r + 1], g, eps=1e-5)
+        counts = {}
+        y, _, _ = kernel.normalize(x[r:r + 1], kind="layer", eps=1e-5, gamma=g[None], beta=-u, counts=counts)
+        assert same(y, oracle.layer_norm_exact(x[r:r + 1], g, -u[0], eps=1e-5)).all()
+        assert counts["triple_elements"] > 100 and counts["fraction_elements"] <= 1
+    # an element next to its row's mean: t tiny, y = u + beta with beta on a midpoint
+    x = np.array([[0.1, 0.4, 0.7] * 20])
+    counts = {}
+    y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, beta=np.float64(2.0**-53), counts=counts)
+    assert same(y, oracle.layer_norm_exact(x, beta=np.full(60, 2.0**-53), eps=0.0)).all()
+    assert counts["fraction_elements"] == 0
+
+
+def test_level_sums_are_exact():
+    rng = np.random.default_rng(54)
+    a = rng.normal(size=(5, 300)) * 10.0 ** rng.integers(-30, 30, (5, 300))
+    a[0] = rng.normal(size=300)  # one narrow row
+    parts, ok = kernel_triple.level_sums(lambda: iter([(slice(None), [a, -2 * a])]), 5, 300, k=2)
+    for i in range(5):
+        exact = sum(Fraction(float(v)) for v in a[i])
+        for j, factor in ((0, 1), (1, -2)):
+            if ok[j][i]:
+                assert sum(Fraction(float(p[i])) for p in parts[j]) == factor * exact
+    assert ok[0][0] and ok[1][0]

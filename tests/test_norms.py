@@ -399,3 +399,75 @@ def test_against_pytorch_in_float64_when_it_is_installed():
     got = lneps.batch_norm(x, c, c, axis=(0, 2), training=False, running_mean=rm, running_var=rv)
     want = F.batch_norm(t(x), t(rm), t(rv), t(c), t(c), training=False, eps=1e-5).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+# --- rough edges: accepted correctly, or refused with a message naming the problem ----------
+
+
+def test_a_gain_of_shape_1_d_broadcasts_like_numpy():
+    x = np.random.default_rng(30).normal(size=(3, 5)).astype(np.float32)
+    g, b = np.linspace(0.5, 2, 5), np.linspace(-1, 1, 5)
+    want = lneps.layer_norm(x, g, b)
+    np.testing.assert_array_equal(lneps.layer_norm(x, g[None, :], b[None, :]), want)
+    np.testing.assert_array_equal(lneps.layer_norm(x, g, np.float64(0.25) * np.ones((1, 1))), lneps.layer_norm(x, g, 0.25))
+    np.testing.assert_array_equal(lneps.rms_norm(x, g[None, :]), lneps.rms_norm(x, g))
+    x3 = x.reshape(3, 1, 5).repeat(2, axis=1)  # (3, 2, 5): a (1, 1, 5) gain and a (5,) one agree
+    np.testing.assert_array_equal(lneps.layer_norm(x3, g.reshape(1, 1, 5)), lneps.layer_norm(x3, g))
+    # group and batch normalization: (1, C, 1) per channel, as convolutional code writes it
+    z = np.random.default_rng(31).normal(size=(2, 4, 3))
+    c = np.array([1.0, 2.0, -1.0, 0.5])
+    np.testing.assert_array_equal(lneps.group_norm(z, 2, c.reshape(1, 4, 1), c), lneps.group_norm(z, 2, c, c))
+    np.testing.assert_array_equal(lneps.batch_norm(z, c.reshape(1, 4, 1), axis=(0, 2)), lneps.batch_norm(z, c, axis=(0, 2)))
+
+
+def test_a_gain_varying_along_another_axis_is_refused_by_name():
+    x = np.ones((2, 4))
+    with pytest.raises(ValueError, match=r"gamma of shape \(2, 4\) varies along axis 0"):
+        lneps.layer_norm(x, np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"beta.*\(4,\).*\(2, 3\)"):
+        lneps.layer_norm(x, beta=np.ones((2, 3)))
+    with pytest.raises(ValueError, match="gamma"):
+        lneps.group_norm(np.ones((2, 4, 3)), 2, np.ones((2, 4, 1)))
+
+
+def test_python_integers_too_large_for_numpy_are_named():
+    with pytest.raises(ValueError, match=str(2**70)):
+        lneps.layer_norm([[1, 2**70]])
+    with pytest.raises(ValueError, match=str(-(2**64))):
+        lneps.rms_norm([3, -(2**64), 5])
+    with pytest.raises(ValueError, match=r"gamma holds the integer " + str(2**65)):
+        lneps.layer_norm([1.0, 2.0], gamma=[1, 2**65])
+
+
+def test_longdouble_is_refused_not_silently_rounded():
+    if np.finfo(np.longdouble).nmant <= 52:
+        pytest.skip("np.longdouble is float64 on this platform")
+    x = np.array([1, 2, 3], dtype=np.longdouble) + np.longdouble(2) ** -60  # bits float64 lacks
+    for call in (lambda: lneps.layer_norm(x), lambda: lneps.rms_norm(x), lambda: lneps.batch_norm(x[:, None]),
+                 lambda: lneps.group_norm(x.reshape(1, 3, 1), 3), lambda: lneps.layer_norm([1.0, 2.0, 3.0], gamma=x)):
+        with pytest.raises(TypeError, match="longdouble.*not supported"):
+            call()
+
+
+def test_batch_norm_training_needs_more_than_one_value_per_feature():
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        lneps.batch_norm(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        lneps.batch_norm(np.ones((1, 3, 1)), axis=(0, 2))
+    # at inference one example is fine, and two examples in training are
+    y = lneps.batch_norm(np.ones((1, 3)), training=False, running_mean=np.zeros(3), running_var=np.ones(3))
+    assert y.shape == (1, 3)
+    np.testing.assert_allclose(lneps.batch_norm(np.array([[0.0, 2.0], [2.0, 6.0]]), eps=0.0), [[-1, -1], [1, 1]])
+
+
+def test_a_complex_gain_or_bias_with_real_x_is_a_type_error():
+    x = np.ones((2, 4))
+    for call in (lambda: lneps.layer_norm(x, np.ones(4) * 1j), lambda: lneps.layer_norm(x, beta=1j),
+                 lambda: lneps.rms_norm(x, np.ones(4, complex)), lambda: lneps.group_norm(x.reshape(1, 4, 2), 2, 1j),
+                 lambda: lneps.batch_norm(x, beta=np.ones(4) * 1j),
+                 lambda: lneps.batch_norm(x, training=False, running_mean=np.ones(4) * 1j, running_var=np.ones(4))):
+        with pytest.raises(TypeError, match="complex.*real"):
+            call()
+    # complex x with a complex gain stays the analytic formula
+    z = np.array([0.3, -1.2, 2.0]) + 1e-30j
+    np.testing.assert_allclose(lneps.layer_norm(z, 2j).imag, 2 * lneps.layer_norm(z.real), rtol=1e-15)

@@ -198,3 +198,19 @@ def test_bad_input():
 def test_hypothesis_both_ways_in_agree(values, eps):
     x = np.array(values, dtype=F16)
     np.testing.assert_array_equal(oracle.layer_norm(x, eps=eps), oracle.layer_norm_exact(x, eps=eps))
+
+
+def test_round_quotient_gives_an_exact_zero_plus_and_a_rounded_one_its_sign():
+    f32 = FMT["f32"]
+    # 2/sqrt(4) - 1 = 0 exactly: +0, whichever sign the parts have
+    for a, b in ((2, -1), (-2, 1)):
+        z = oracle.round_quotient(Fraction(a), Fraction(4), Fraction(b), f32)
+        assert z == 0 and not np.signbit(z)
+    # 1/sqrt(1 + 2^-60) - 1 is a tiny negative number: -0 in float16, itself in float32
+    s = 1 + Fraction(1, 2**60)
+    z = oracle.round_quotient(Fraction(1), s, Fraction(-1), FMT["f16"])
+    assert z == 0 and np.signbit(z)
+    assert -(2.0**-61) * 1.01 < oracle.round_quotient(Fraction(1), s, Fraction(-1), f32) < 0
+    assert oracle.round_quotient(Fraction(0), Fraction(3), Fraction(-0.0), f32) == 0
+    row = oracle.layer_norm_exact(np.array([1.0, 1, 1, 3, 3, 3]), np.full(6, 1.25), np.full(6, -1.25), eps=0.0)
+    assert list(row) == [-2.5] * 3 + [0.0] * 3 and not np.signbit(row[3:]).any()

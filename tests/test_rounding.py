@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lneps import oracle
-from lneps.rounding import near_boundary, to_format
+from lneps import dd, oracle
+from lneps.rounding import decide_float64, near_boundary, round_pair, to_format
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]
@@ -72,9 +72,44 @@ def test_near_boundary_never_clears_an_interval_holding_a_boundary(dt):
 
 
 def test_near_boundary_with_absolute_bounds_and_non_finite_values():
-    y = np.array([1.0, 1.0 + 2.0**-11, np.nan, np.inf, 0.0, 0.0])
-    delta = np.array([2.0**-40, 2.0**-40, 0.0, 0.0, 2.0**-30, 2.0**-24])
+    y = np.array([1.0, 1.0 + 2.0**-11, np.nan, np.inf, 0.0, 0.0, 0.0, -2.0**-30, 2.0**-30])
+    delta = np.array([2.0**-40, 2.0**-40, 0.0, 0.0, 2.0**-30, 2.0**-24, 0.0, 2.0**-31, 2.0**-29])
     flag = near_boundary(y, F16, delta=delta)
-    # 1 + 2^-11 is float16's midpoint above 1; 0 with a bound above half the smallest
-    # subnormal (2^-25) straddles the boundary to 2^-24.
-    assert list(flag) == [False, True, True, True, False, True]
+    # 1 + 2^-11 is float16's midpoint above 1; 0 with any bound may be a tiny negative or
+    # positive value (-0 or +0): flagged; 0 with bound 0 is an exact zero; -2^-30 within 2^-31
+    # is surely negative (-0); 2^-30 within 2^-29 may be either.
+    assert list(flag) == [False, True, True, True, True, True, False, False, True]
+
+
+@pytest.mark.parametrize("dt", LOW + [F64], ids=lambda d: np.dtype(d).name)
+def test_round_pair_rounds_an_exact_sum_of_two_floats(dt):
+    rng = np.random.default_rng(14)
+    m = midpoints(dt, rng, 2000) if dt != F64 else 1 + rng.integers(1, 2**20, 2000) * 2.0**-52
+    tails = np.array([0.0, 2.0**-80, -(2.0**-80)])
+    for tail in tails:
+        h, l = dd.two_sum(m, np.full(m.shape, tail) * np.abs(m))
+        got = round_pair(h, l, dt)
+        want = [oracle.round_rational(Fraction(float(a)) + Fraction(float(b)), oracle.format_of(dt)) for a, b in zip(h, l)]
+        assert np.array_equal(got, np.array(want)), tail
+    fi = ml_dtypes.finfo(dt)
+    if dt != F64:
+        top = float(fi.max) + 2.0 ** (int(fi.maxexp) - 2 - int(fi.nmant))  # the overflow threshold
+        got = round_pair(np.array([top, top, top, -top]), np.array([0.0, -(2.0**-200), 2.0**-200, 2.0**-200]), dt)
+        assert list(got) == [np.inf, float(fi.max), np.inf, -float(fi.max)]
+    q = float(fi.smallest_subnormal)
+    got = round_pair(np.array([q / 2, q / 2, -q / 2, -q / 2, 0.0, -0.0]), np.array([0.0, 2.0**-1074 * (dt != F64), 0.0, 0.0, 0.0, 0.0]), dt)
+    if dt != F64:
+        assert list(got) == [0.0, q, 0.0, 0.0, 0.0, 0.0]
+        assert list(np.signbit(got)) == [False, False, True, True, False, False]  # exact 0: +0
+
+
+def test_decide_float64_flags_midpoints_zero_and_what_it_cannot_see():
+    h = np.array([1.5, 1.5, 1.5, 1.0, 0.0, 0.0, np.inf, 2.0**-1070, 3.0])
+    l = np.array([0.0, 2.0**-53 - 2.0**-80, 2.0**-60, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0**-60])
+    delta = np.array([2.0**-70, 2.0**-70, 2.0**-70, 0.0, 0.0, 2.0**-90, 0.0, 0.0, 2.0**-52])
+    with np.errstate(invalid="ignore"):
+        y, flags = decide_float64(h, l, delta)
+    # 1.5 + (ulp/2 - tiny) is within 2^-70 of the midpoint above 1.5; powers of two, zeros,
+    # infinities and subnormals are left to the exact tier, and so is a bound past the midpoint
+    assert list(flags) == [False, True, False, True, True, True, True, True, True]
+    assert y[0] == 1.5 and y[2] == 1.5

@@ -20,6 +20,8 @@ __all__ = [
     "check_axis",
     "check_axes",
     "check_affine",
+    "check_param_shape",
+    "check_supported",
     "check_float_dtype",
     "check_positive_int",
 ]
@@ -44,8 +46,9 @@ def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
 
     Floating and complex input keep their dtype for the output; integer input is computed and
     returned in float64, and refused (``ValueError``) if it holds a magnitude beyond
-    :math:`2^{53}`, which float64 cannot hold exactly. Booleans, strings and objects are
-    rejected with ``TypeError``.
+    :math:`2^{53}`, which float64 cannot hold exactly (Python integers too large for any
+    NumPy integer, which NumPy keeps as objects, are named in the message). Booleans, strings
+    and other objects are rejected with ``TypeError``.
     """
     arr = np.asarray(x)
     dtype = arr.dtype
@@ -60,9 +63,32 @@ def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
                     "cannot represent exactly; convert them to floats yourself if rounding is meant"
                 )
         return arr.astype(np.float64), np.dtype(np.float64)
+    if dtype == object and arr.size:
+        values = arr.ravel()
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in values):
+            big = next(int(v) for v in values if abs(int(v)) > 2**53)  # why NumPy kept objects
+            raise ValueError(
+                f"{name} holds the integer {big}, too large for int64 and beyond 2**53, which "
+                "float64 cannot represent exactly; convert it to a float yourself if rounding is meant"
+            )
     raise TypeError(
         f"{name} must be numeric (integer, floating or complex); got dtype {dtype}"
     )
+
+
+def check_supported(arr: np.ndarray, name: str = "x") -> np.ndarray:
+    """Refuse (``TypeError``) a floating format wider than float64 (``np.longdouble`` where it
+    has more than 53 significand bits): computing it in float64 would silently drop bits.
+    Returns ``arr``."""
+    if arr.dtype.kind in "fc" and arr.dtype.itemsize > (8 if arr.dtype.kind == "f" else 16):
+        if np.finfo(arr.dtype).nmant > 52:
+            raise TypeError(
+                f"{name} has dtype {arr.dtype} (np.longdouble, {np.finfo(arr.dtype).nmant + 1} "
+                "significand bits), which is not supported: lneps computes from float64 "
+                "numbers, which cannot hold it exactly; convert it to float64 yourself if that "
+                "rounding is meant"
+            )
+    return arr
 
 
 def as_real_float_array(x, name: str = "x") -> np.ndarray:
@@ -139,30 +165,55 @@ def check_axes(arr: np.ndarray, axis) -> tuple[int, ...]:
     return (check_axis(arr, axis),)
 
 
+def check_param_shape(p: np.ndarray, name: str, arr: np.ndarray, axes: tuple[int, ...], what: str):
+    """Return a per-feature parameter ``p`` (an array, not a scalar) with the features' shape
+    ``tuple(arr.shape[a] for a in axes)``.
+
+    Accepted: that shape exactly, or any shape that broadcasts to x's shape the NumPy way
+    (aligned on the right, without enlarging x) and has length 1 on every axis of x that is not
+    a feature axis, ``(1, d)`` for x ``(n, d)``. A parameter varying along another axis of x,
+    or not broadcasting at all, is a ``ValueError`` naming both shapes.
+    """
+    feature_shape = tuple(arr.shape[a] for a in axes)
+    if p.shape == feature_shape:
+        return p
+    fits = p.ndim <= arr.ndim and all(ps in (1, xs) for ps, xs in zip(p.shape[::-1], arr.shape[::-1]))
+    if fits:
+        full = (1,) * (arr.ndim - p.ndim) + p.shape
+        varies = [a for a in range(arr.ndim) if full[a] != 1 and a not in axes]
+        if not varies:
+            kept = p.reshape(full)[tuple(slice(None) if a in axes else 0 for a in range(arr.ndim))]
+            return np.broadcast_to(kept, feature_shape)
+        raise ValueError(
+            f"{name} of shape {p.shape} varies along axis {varies[0]} of x (shape {arr.shape}), "
+            f"which is not {what}: a gain or bias applies per feature, shape {feature_shape}"
+        )
+    expected = f"({feature_shape[0]},)" if len(feature_shape) == 1 else str(feature_shape)
+    raise ValueError(
+        f"{name} must be a scalar or have shape {expected} to match the {what} axis of x "
+        f"(shape {arr.shape}, axis {axes if len(axes) > 1 else axes[0]}), or broadcast to x's "
+        f"shape with length 1 on the other axes; got {name} of shape {p.shape}"
+    )
+
+
 def check_affine(param, name: str, arr: np.ndarray, axis) -> np.ndarray | None:
     """Return ``param`` (gamma or beta) shaped to broadcast against x along ``axis``, or None.
 
     ``axis`` is an int or a tuple of trailing axes (:func:`check_axes`). A scalar applies to
     every feature; otherwise ``param`` must have the shape of the normalized axes, ``(d,)``
-    for one axis of length d.
+    for one axis of length d, or broadcast to x the NumPy way with length 1 on the other axes
+    (:func:`check_param_shape`: ``(1, d)`` for x ``(n, d)``).
     """
     if param is None:
         return None
     p, _ = as_float_array(param, name)
     axes = axis if isinstance(axis, tuple) else (axis,)
-    feature_shape = tuple(arr.shape[a] for a in axes)
     if p.ndim == 0:
         return p
-    if p.shape != feature_shape:
-        expected = f"({feature_shape[0]},)" if len(feature_shape) == 1 else str(feature_shape)
-        raise ValueError(
-            f"{name} must be a scalar or have shape {expected} to match the normalized axis "
-            f"of x (shape {arr.shape}, axis {axis if len(axes) > 1 else axes[0]}); "
-            f"got {name} of shape {p.shape}"
-        )
+    p = check_param_shape(p, name, arr, axes, "normalized")
     shape = [1] * arr.ndim
-    for a, n in zip(axes, feature_shape):
-        shape[a] = n
+    for a in axes:
+        shape[a] = arr.shape[a]
     return p.reshape(shape)
 
 

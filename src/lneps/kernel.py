@@ -6,27 +6,37 @@ For a row of d numbers the exact result is :math:`y_i = \gamma_i\,t_i/\sqrt{s} +
   (that is :math:`(x_i-\mu)/\sqrt{q+\varepsilon}` with no rounded division by d before it);
 * RMS norm: :math:`t_i = x_i` and :math:`s = \frac1d\sum_j x_j^2 + \varepsilon`.
 
-It is evaluated in three tiers, each with a proven error bound (Ziv's strategy):
+It is evaluated in tiers, each with a proven error bound (Ziv's strategy):
 
 A. float64 (16- and 32-bit input). A float16, bfloat16 or float32 row is a set of multiples
    of its smallest spacing Q; when :math:`2d\max|x| < 2^{53}Q` the float64 sum and every
    :math:`t_i` are exact (one rounding-free subtraction each), and rows with a few tiny
    elements are split into a high and a low part whose sums are exact, giving each
-   :math:`t_i` rounded once. Then
-   :math:`\sum t_j^2` has relative error at most :math:`\gamma_d`, and the estimate
-   :math:`\hat y` is within :math:`E|\gamma_i t_i/\sqrt s|` (plus the rounding of the sum with
-   beta) with :math:`E = ((d+5)/2 + 6)\,u`. An element is final when no rounding boundary of
-   the output format lies within that bound (:func:`lneps.rounding.near_boundary`).
-B. double-double (rows tier A cannot prove: float64 input, wide-range rows, rows holding an
-   undecided element). Error-free sums and products (:mod:`lneps.dd`) give every quantity to
-   about :math:`2^{-100}` relative, with a bound carried along; the same boundary test decides.
-C. exact. What is still undecided (exact ties, exact cancellation with beta) is settled by
-   exact rational arithmetic (:func:`lneps.oracle.round_quotient`).
+   :math:`t_i` rounded once. Then :math:`\sum t_j^2` (over a chunk of at most
+   :data:`BLOCK_ELEMENTS` columns, chunks added in double-double) has relative error at most
+   :math:`\gamma_n` (n the chunk's length), and the estimate :math:`\hat y` is within
+   :math:`E|\gamma_i t_i/\sqrt s|` (plus the rounding of the sum with beta) with
+   :math:`E = ((n+5)/2 + 6)\,u`. An element is final when no rounding boundary of the output
+   format, and not 0, lies within that bound (:func:`lneps.rounding.near_boundary`).
+B. double-double (float64 input, rows tier A cannot prove, and the elements tier A leaves
+   undecided): :mod:`lneps.kernel_dd`, every quantity to about :math:`2^{-100}` relative with
+   a bound carried along; the same boundary test decides. A float64 result it cannot decide
+   (a bias cancelling :math:`\gamma u` to its last bits, an element at its row's mean) is
+   tried in triple precision (:mod:`lneps.kernel_triple`).
+C. exact (:mod:`lneps.kernel_exact`). An element still undecided lies on or within a hair of
+   a boundary: exact ties and exact cancellation, recognized and rounded exactly with
+   error-free float64 operations, vectorized; what remains (rare) by rational arithmetic.
+   :mod:`lneps.kernel_settle` gathers the undecided elements of all blocks and takes them
+   through these tiers.
 
 So the result is the output format's nearest number to the exact value, ties to even, for
-every finite input: float16, bfloat16, float32 and float64 alike. Rows holding NaN or inf
-follow the plain float64 formula (NaN or 0 in that row only), and a constant row with
-ε = 0 is 0/0 = NaN.
+every finite input: float16, bfloat16, float32 and float64 alike. An exact zero is +0; a
+nonzero value that rounds to zero keeps its sign. Rows holding NaN or inf follow the plain
+float64 formula (NaN or 0 in that row only), and a constant row with ε = 0 is 0/0 = NaN.
+
+Rows are processed in blocks of about :data:`BLOCK_ELEMENTS` elements, and a longer row in
+chunks of that many columns (each pass over a row reads it chunk by chunk), so the working
+memory is a few megabytes beyond the output, whatever the shape.
 """
 
 from __future__ import annotations
@@ -36,116 +46,260 @@ from fractions import Fraction
 import numpy as np
 
 from . import dd
-from .oracle import _Rows, format_of, round_quotient
+from .kernel_dd import DDRows, extreme, finish_rows, inference
+from .kernel_exact import exact_affine, exact_root
+from .kernel_settle import Settler
+from .oracle import format_of, round_quotient
 from .rounding import FAST_FORMATS, near_boundary, to_format
 
 __all__ = ["normalize", "normalize_with", "BLOCK_ELEMENTS"]
 
 U = dd.U
-#: Rows are processed in blocks of about this many elements, so that every temporary is a
-#: few megabytes whatever the input's size.
-BLOCK_ELEMENTS = 1 << 17
+#: Rows are processed in blocks of about this many elements, and longer rows in chunks of
+#: this many columns, so that every temporary is a few megabytes whatever the input's size.
+BLOCK_ELEMENTS = 1 << 16
+_KEYS = ("rows", "elements", "double_double_rows", "double_double_elements", "triple_elements",
+         "exact_elements", "fraction_elements")
 
 
 def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, counts=None):
     """Normalize the rows of ``x2d`` (float16, bfloat16, float32 or float64), correctly rounded.
 
-    ``kind`` is ``"layer"`` or ``"rms"``. ``gamma`` and ``beta`` are float64 arrays that
-    broadcast to ``x2d``'s shape (or None). Returns ``(y, mean, rstd)``: y in x2d's dtype, and
-    the float64 row statistics (``mean`` is None for RMS norm): mean within 1 ulp of float64,
-    rstd within :math:`((d+3)/2+2)` ulp. ``counts`` (a dict) accumulates ``rows``,
-    ``elements``, ``double_double_rows`` and ``exact_elements``.
+    ``kind`` is ``"layer"`` or ``"rms"``. ``gamma`` and ``beta`` are float64 arrays of shape
+    ``()``, ``(1, d)``, ``(rows, d)`` or ``(rows, 1)`` (or None). Returns ``(y, mean, rstd)``:
+    y in x2d's dtype, and the float64 row statistics (``mean`` is None for RMS norm): mean
+    within 1 ulp of float64, rstd within :math:`((d+3)/2+2)` ulp. ``counts`` (a dict)
+    accumulates ``rows``, ``elements``, ``double_double_rows`` (rows whose statistics were
+    computed in double-double), ``double_double_elements``, ``triple_elements`` (float64
+    results double-double could not decide, tried in triple precision), ``exact_elements``
+    (settled by the exact tier) and ``fraction_elements`` (of those, by rational arithmetic).
     """
     rows, d = x2d.shape
-    dt = x2d.dtype
-    y = np.empty(x2d.shape, dtype=dt)
+    y = np.empty(x2d.shape, dtype=x2d.dtype)
     mean = np.empty(rows) if kind == "layer" else None
     rstd = np.empty(rows)
     counts = {} if counts is None else counts
-    for key in ("rows", "elements", "double_double_rows", "exact_elements"):
+    for key in _KEYS:
         counts.setdefault(key, 0)
     counts["rows"] += rows
     counts["elements"] += rows * d
-    step = max(1, BLOCK_ELEMENTS // max(d, 1))
+    g, b = _Param(gamma), _Param(beta)
+    if d <= BLOCK_ELEMENTS:
+        step, chunks = max(1, BLOCK_ELEMENTS // max(d, 1)), [(0, d)]
+    else:
+        step, chunks = 1, [(c, min(d, c + BLOCK_ELEMENTS)) for c in range(0, d, BLOCK_ELEMENTS)]
+    exact_sum = (lambda xr: _kinds(xr, chunks)[0]) if x2d.dtype in FAST_FORMATS else None
+    settler = Settler(x2d, y, chunks, kind, eps, g, b, counts, BLOCK_ELEMENTS, exact_sum)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        g, b = _rows_of(gamma, r0, r1, rows), _rows_of(beta, r0, r1, rows)
-        _block(x2d[r0:r1], y[r0:r1], None if mean is None else mean[r0:r1], rstd[r0:r1],
-               kind, eps, g, b, counts)
+        block = _Block(x2d[r0:r1], r0, chunks, kind, eps, g.rows(r0, r1), b.rows(r0, r1), counts, settler)
+        block.run(y[r0:r1], None if mean is None else mean[r0:r1], rstd[r0:r1])
+    settler.flush()
     return y, mean, rstd
 
 
-def _rows_of(p, r0, r1, rows):
-    if p is None:
-        return None
-    return p[r0:r1] if p.ndim == 2 and p.shape[0] == rows and rows > 1 else p
+class _Param:
+    """A gain or bias as a 2-D float64 array broadcasting against the rows: ``(1, 1)``,
+    ``(1, d)``, ``(rows, d)`` or ``(rows, 1)``; ``None`` for none."""
+
+    def __init__(self, p):
+        if p is None:
+            self.p = None
+            self.finite, self.extreme = True, False
+            return
+        p = np.asarray(p, dtype=np.float64)
+        self.p = p.reshape(1, 1) if p.ndim == 0 else (p.reshape(1, -1) if p.ndim == 1 else p)
+        # A gain beyond 2^600 (or a nonzero one below 2^-600) could overflow or underflow the
+        # error-free products: its elements are settled by the exact tier.
+        a = np.abs(self.p)
+        self.extreme = bool(np.any((a > 2.0**600) & np.isfinite(a)) or np.any((a < 2.0**-600) & (a > 0)))
+        self.finite = bool(np.all(np.isfinite(self.p)))
+
+    def rows(self, r0, r1):
+        q = _Param(None)
+        if self.p is not None:
+            q.p = self.p if self.p.shape[0] == 1 else self.p[r0:r1]
+            q.extreme, q.finite = self.extreme, self.finite
+        return q
+
+    def part(self, c0, c1, sub=None):
+        """The parameter for columns c0:c1 (of the rows ``sub``, an index array, or all)."""
+        if self.p is None:
+            return None
+        p = self.p if sub is None or self.p.shape[0] == 1 else self.p[sub]
+        return p if p.shape[1] == 1 else p[:, c0:c1]
+
+    def at(self, i, j):
+        """Per-element values (1-D) at rows i and columns j."""
+        if self.p is None:
+            return None
+        p = self.p
+        return np.broadcast_to(p[i if p.shape[0] > 1 else 0, j if p.shape[1] > 1 else 0], np.shape(i)).copy()
 
 
-def _block(xin, yout, mean, rstd, kind, eps, g, b, counts):
-    x = xin.astype(np.float64)
-    n, d = x.shape
-    dt = xin.dtype
-    fast = dt in FAST_FORMATS
-    if fast:
-        # Tier A on the whole block (it overwrites x); rows it cannot prove are redone below.
-        if kind == "layer":
-            exact, split = _row_kinds(xin)
-            yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt, split)
-            proven = finite & (exact | split)
+class _Block:
+    """Rows ``xin`` (at most BLOCK_ELEMENTS elements, or one long row) through the tiers."""
+
+    def __init__(self, xin, r0, chunks, kind, eps, g, b, counts, settler):
+        self.xin, self.r0, self.chunks, self.kind, self.eps = xin, r0, chunks, kind, eps
+        self.g, self.b, self.counts, self.settler = g, b, counts, settler
+        self.dt = xin.dtype
+        self.fast = self.dt in FAST_FORMATS
+        self.single = len(chunks) == 1
+
+    def run(self, yout, mean, rstd):
+        n, d = self.xin.shape
+        self.yout = yout
+        if self.fast:
+            exact, split, finite, self.top = _kinds(self.xin, self.chunks)
+            proven = finite & (exact | split) if self.kind == "layer" else finite
+        else:  # float64: tier B on every row; it finds the rows holding inf or NaN
+            exact = split = None
+            finite = self._tier_b(None, mean, rstd)
+            proven = np.ones(n, dtype=bool)
+        if proven.any() and self.fast:
+            A = None if proven.all() else np.flatnonzero(proven)
+            mu, r = self._tier_a(A, exact if A is None else exact[A], split if A is None else split[A])
+            _store(mean, rstd, A, mu, r)
+        B = np.flatnonzero(finite & ~proven)
+        if B.size:
+            self._tier_b(B, mean, rstd)
+        P = np.flatnonzero(~finite)
+        if P.size:
+            mu, r = _plain(self.xin, P, self.chunks, self.kind, self.eps, self.g, self.b, yout)
+            _store(mean, rstd, P, mu, r)
+
+    # --- tier A -------------------------------------------------------------------------------
+
+    def _tier_a(self, A, exact, split):
+        """float64 with t exact (or rounded once in split rows); writes y, queues the undecided."""
+        xin = self.xin if A is None else self.xin[A]
+        n, d = xin.shape
+        kind, g, b = self.kind, self.g, self.b
+        split = split if split is not None and split.any() else None
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            x = xin.astype(np.float64) if self.single else None
+            if kind == "layer":
+                S = np.zeros(n)
+                Sp = None if split is None else [np.zeros(int(split.sum())), np.zeros(int(split.sum()))]
+                top = self.top if A is None else self.top[A]
+                Qh = None if split is None else _split_quantum(top[split], d)
+                for c0, c1 in self.chunks:
+                    xc = x if self.single else xin[:, c0:c1].astype(np.float64)
+                    S += xc.sum(axis=1)  # exact in exact rows
+                    if split is not None:
+                        h, low = _halves(xc[split], Qh)
+                        Sp[0] += h.sum(axis=1)
+                        Sp[1] += low.sum(axis=1)
+                if split is not None:
+                    S[split] = Sp[0] + Sp[1]
+            else:
+                S = Sp = Qh = None
+            T = [np.zeros(n), np.zeros(n)]
+            for c0, c1 in self.chunks:
+                xc = x if self.single else xin[:, c0:c1].astype(np.float64)
+                t = _t_of(xc, kind, d, S, split, Sp, Qh)
+                hi, e = dd.two_sum(T[0], np.einsum("ij,ij->i", t, t))
+                T[0], T[1] = hi, T[1] + e
+            s = (T[0] + T[1]) / d + (float(d) * d * self.eps if kind == "layer" else self.eps)
+            r = 1.0 / np.sqrt(s)
+            # sum of squares: gamma_n (gamma_{n+2} for split rows, whose t carries one
+            # rounding); /d, + c eps, sqrt, 1/: four more roundings; * r: one; split rows' t:
+            # one more. n: the chunk's length, plus 2 for the chunks' double-double sum.
+            n_eff = d if self.single else BLOCK_ELEMENTS + 2
+            E = ((n_eff + 5) / 2 + 6) * U * 1.01
+            for c0, c1 in self.chunks:
+                t = x if self.single else _t_of(xin[:, c0:c1].astype(np.float64), kind, d, S, split, Sp, Qh)
+                gc, bc = g.part(c0, c1, A), b.part(c0, c1, A)
+                y = t
+                y *= r[:, None]
+                Ec = E
+                if gc is not None:
+                    y *= gc
+                    Ec += U
+                if bc is None:
+                    flags = near_boundary(y, self.dt, rel=2.0 * Ec)
+                else:
+                    a = y
+                    y = a + bc
+                    flags = near_boundary(y, self.dt, delta=2.0 * Ec * np.abs(a) + 2.0 * U * np.abs(y))
+                y += 0.0  # an unflagged zero is exact (near_boundary): +0
+                if (s == 0).any():  # eps = 0 on a constant row: 0/0, NaN by definition
+                    undefined = (s == 0)[:, None] & np.isnan(y)
+                    flags &= ~undefined
+                if gc is not None and g.extreme:
+                    flags |= extreme(gc)
+                self._write(A, c0, c1, y, flags)
+        mu = None if kind == "rms" else S / d
+        return mu, (r * d if kind == "layer" else r)  # 1/sqrt(q + eps) = d/sqrt(s)
+
+    def _write(self, A, c0, c1, y, flags, stage="A"):
+        """Write a chunk's estimates (float64) in the output format and queue the flagged."""
+        out = to_format(y, self.dt) if self.fast else y
+        if A is None:
+            self.yout[:, c0:c1] = out
         else:
-            yhat, undecided, mu, r, finite = _tier_a(x, kind, eps, g, b, dt)
-            proven = finite
-        if dt == np.float16 or dt == np.float32:
-            with np.errstate(over="ignore"):  # past the largest number: inf, as it should be
-                yout[...] = yhat  # NumPy's float64 -> float16/float32 assignment rounds once
-        else:
-            yout[...] = to_format(yhat, dt)
-        rstd[...] = r
-        if mean is not None:
-            mean[...] = mu
-        need_b = finite & ~proven
-        need_b |= finite & undecided.any(axis=1)
-    else:
-        finite = np.isfinite(x).all(axis=1)
-        undecided = np.zeros(x.shape, dtype=bool)
-        need_b = finite
-    B = np.nonzero(need_b)[0]
-    if B.size:
-        counts["double_double_rows"] += B.size
-        yb, flags, mu, r = _tier_b(xin[B].astype(np.float64), kind, eps, _take(g, B, n), _take(b, B, n), dt)
-        yout[B] = to_format(yb, dt) if fast else yb
-        undecided[B] = flags
-        rstd[B] = r
-        if mean is not None:
-            mean[B] = mu
-    undecided &= finite[:, None]
-    for p in (g, b):  # a NaN or infinite gain or bias: the arithmetic's NaN or inf stands
-        if p is not None and not np.all(np.isfinite(p)):
-            undecided &= np.broadcast_to(np.isfinite(p), undecided.shape)
-    if undecided.any():
-        C = np.argwhere(undecided)
-        counts["exact_elements"] += len(C)
-        _tier_c(xin.astype(np.float64), C, kind, eps, g, b, yout, dt)
-    P = np.nonzero(~finite)[0]
-    if P.size:
-        yp, mu, r = _plain(xin[P].astype(np.float64), kind, eps, _take(g, P, n), _take(b, P, n))
-        yout[P] = yp.astype(dt)
-        rstd[P] = r
-        if mean is not None:
-            mean[P] = mu
+            self.yout[A, c0:c1] = out
+        flags &= self._defined(A, c0, c1, flags.shape)
+        if flags.any():
+            i, j = np.nonzero(flags)
+            if isinstance(A, slice):
+                i = i + A.start
+            elif A is not None:
+                i = A[i]
+            self.settler.add(i + self.r0, j + c0, stage)
+
+    def _defined(self, A, c0, c1, shape):
+        """Where gain and bias are finite: elsewhere the arithmetic's NaN or inf stands."""
+        if self.g.finite and self.b.finite:
+            return True
+        ok = np.ones(shape, dtype=bool)
+        for p in (self.g, self.b):
+            if p.p is not None and not p.finite:
+                ok &= np.broadcast_to(np.isfinite(p.part(c0, c1, A)), shape)
+        return ok
+
+    # --- tier B -------------------------------------------------------------------------------
+
+    def _tier_b(self, B, mean, rstd):
+        """Double-double for whole rows (B: block indices, or None for all): float64 input,
+        rows tier A cannot prove. Stores the statistics; returns which rows were finite."""
+        xin = self.xin if B is None else self.xin[B]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+            st = DDRows(xin, self.chunks, self.kind, self.eps, self.fast)
+            gpart = lambda rows, c0, c1: _rows_part(self.g.part(c0, c1, B), rows)  # noqa: E731
+            bpart = lambda rows, c0, c1: _rows_part(self.b.part(c0, c1, B), rows)  # noqa: E731
+            for rows, c0, c1, y, flags in finish_rows(st, xin, gpart, bpart, self.dt, self.fast):
+                self._write(rows if B is None else B[rows], c0, c1, y, flags, stage="B")
+        finite_rows = int(np.count_nonzero(st.finite))
+        self.counts["double_double_rows"] += finite_rows
+        self.counts["double_double_elements"] += finite_rows * self.xin.shape[1]
+        _store(mean, rstd, B, st.mean, st.rstd)
+        return st.finite
 
 
-def _take(p, idx, n):
-    if p is None:
-        return None
-    return p[idx] if p.ndim == 2 and p.shape[0] == n and n > 1 else p
+def _rows_part(p, rows):
+    """A chunk's parameter (see _Param.part) for a slice of its rows."""
+    return p if p is None or p.shape[0] == 1 else p[rows]
 
 
-# --- tier A ----------------------------------------------------------------------------------
+def _store(mean, rstd, idx, mu, r):
+    sel = slice(None) if idx is None else idx
+    rstd[sel] = r
+    if mean is not None:
+        mean[sel] = mu
 
 
-def _row_kinds(xin: np.ndarray):
-    r"""Which rows tier A can prove, and how: ``(exact, split)`` boolean masks.
+# --- tier A helpers ---------------------------------------------------------------------------
+
+
+def _row_kinds(xin: np.ndarray, chunks=None):
+    """``(exact, split, finite)`` of :func:`_kinds`."""
+    return _kinds(xin, chunks)[:3]
+
+
+def _kinds(xin: np.ndarray, chunks=None):
+    r"""Which rows tier A can prove, and how: ``(exact, split, finite)`` boolean masks.
 
     Every element and every partial sum of a row is a multiple of Q, the spacing at its
     smallest nonzero magnitude. *exact*: :math:`2d\max|x| < 2^{53}Q`, so the float64 sum
@@ -154,25 +308,33 @@ def _row_kinds(xin: np.ndarray):
     :math:`2^c = 2^{52}/(2d)` rounded down to a power of two) and :math:`|l_i| \le Q_h/2`;
     the sums of the h and of the l, and :math:`d h_i - S_h`, :math:`d l_i - S_l`, are exact when
     :math:`d\,Q_h < 2^{53}Q`: rows whose tiny elements make the first test fail (a float32
-    row of N(0,1) numbers holding a 1e-6).
+    row of N(0,1) numbers holding a 1e-6). *finite*: no inf or NaN.
     """
     n, d = xin.shape
     dt = xin.dtype
-    if dt == np.float16 and d <= 4096:
-        ones = np.ones(n, dtype=bool)  # 2 d 65504 < 2^53 2^-24 for every row
-        return ones, ~ones
+    chunks = [(0, d)] if chunks is None else chunks
     width = dt.itemsize * 8
     uint = np.uint16 if width == 16 else np.uint32
-    mag = xin.view(uint) & uint((1 << (width - 1)) - 1)
+    inf_bits = int(np.array(np.inf, dtype=dt).view(uint))
+    smallest = np.full(n, np.iinfo(uint).max, dtype=uint)
+    largest = np.zeros(n, dtype=uint)
+    for c0, c1 in chunks:
+        mag = xin[:, c0:c1].view(uint) & uint((1 << (width - 1)) - 1)
+        np.maximum(largest, mag.max(axis=1), out=largest)
+        mag[mag == 0] = np.iinfo(uint).max
+        np.minimum(smallest, mag.min(axis=1), out=smallest)
+    finite = largest < inf_bits
+    top = np.where(finite, largest, 0).astype(uint).view(dt).astype(np.float64)  # max |x|
+    if dt == np.float16 and d <= 4096:
+        return finite, np.zeros(n, dtype=bool), finite, top  # 2 d 65504 < 2^53 2^-24 for every row
     nmant = {np.dtype(np.float16): 10, np.dtype(np.float32): 23}.get(dt, 7)  # bfloat16: 7
     bias = (1 << (width - 2 - nmant)) - 1
-    smallest = np.where(mag == 0, np.iinfo(uint).max, mag).min(axis=1)
     exp_field = np.maximum((smallest >> nmant).astype(np.int64), 1)
     spacing = np.ldexp(1.0, exp_field - bias - nmant)
-    largest = mag.max(axis=1).astype(uint).view(dt).astype(np.float64)
-    exact = (2.0 * d * largest < 2.0**53 * spacing) | (largest == 0)
-    split = ~exact & (d * _split_quantum(largest, d) < 2.0**53 * spacing)
-    return exact, split
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = (2.0 * d * top < 2.0**53 * spacing) | (top == 0)
+        split = ~exact & (d * _split_quantum(top, d) < 2.0**53 * spacing)
+    return exact & finite, split & finite, finite, top
 
 
 def _split_quantum(largest, d):
@@ -182,185 +344,28 @@ def _split_quantum(largest, d):
     return np.ldexp(1.0, k - c)
 
 
-def _split_t(x, d):
-    r""":math:`t_i = d x_i - \sum_j x_j` for split rows, rounded once from its exact value, and
-    the row sums :math:`S = S_h + S_l` (see :func:`_row_kinds`)."""
-    Qh = _split_quantum(np.abs(x).max(axis=1), d)[:, None]
-    C = 1.5 * 2.0**52 * Qh  # adding and subtracting C rounds to a multiple of ulp(C) = Qh
+def _halves(x, Qh):
+    """x = h + low exactly, h a multiple of Qh (adding and subtracting C rounds to ulp(C) = Qh)."""
+    C = 1.5 * 2.0**52 * Qh[:, None]
     h = (x + C) - C
-    low = x - h  # exact
-    Sh, Sl = h.sum(axis=1), low.sum(axis=1)  # both exact
-    th = h * d - Sh[:, None]  # exact: |d h_i - S_h| <= 2 d 2^k <= 2^53 Qh
-    tl = low * d - Sl[:, None]  # exact: a multiple of Q below 2^53 Q
-    return th + tl, Sh + Sl  # t rounded once (relative error u); S to float64
+    return h, x - h
 
 
-def _tier_a(x, kind, eps, g, b, dt, split=None):
-    """float64 evaluation with t exact (the rows :func:`_row_kinds` calls exact) or rounded
-    once from its exact value (``split`` rows); returns the estimate, the undecided elements,
-    the row statistics and which rows are finite."""
-    # Rows holding inf or NaN make inf - inf here; they are redone by the plain formula.
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _tier_a_unguarded(x, kind, eps, g, b, dt, split)
+def _t_of(x, kind, d, S, split, Sp, Qh):
+    r""":math:`t = d x - S` in place of the float64 chunk x (exact rows), or rounded once from
+    its exact value in split rows: :math:`(d h - S_h) + (d l - S_l)`, each part exact."""
+    if kind == "rms":
+        return x
+    parts = None if split is None else _halves(x[split], Qh)
+    x *= d
+    x -= S[:, None]  # exact (_row_kinds)
+    if parts is not None:
+        h, low = parts
+        x[split] = (h * d - Sp[0][:, None]) + (low * d - Sp[1][:, None])
+    return x
 
 
-def _tier_a_unguarded(x, kind, eps, g, b, dt, split):
-    n, d = x.shape
-    if kind == "layer":
-        parts = _split_t(x[split], d) if split is not None and split.any() else None
-        S = x.sum(axis=1)
-        t = x
-        t *= d
-        t -= S[:, None]  # exact (_row_kinds)
-        if parts is not None:
-            t[split], S[split] = parts
-        s = np.einsum("ij,ij->i", t, t) / d + float(d) * d * eps
-        mu = S / d
-        finite = np.isfinite(S)
-    else:
-        t = x
-        s = np.einsum("ij,ij->i", t, t) / d + eps  # squares exact: 2p <= 48 bits
-        mu = None
-        finite = np.isfinite(s)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = 1.0 / np.sqrt(s)
-        t *= r[:, None]
-    y = t  # t is not needed again: y takes its place
-    # sum of squares: gamma_d (gamma_{d+2} for split rows, whose t carries one rounding);
-    # /d, + d^2 eps, sqrt, 1/: four more roundings; * r: one; split rows' t: one more.
-    E = ((d + 5) / 2 + 6) * U * 1.01
-    if g is not None:
-        y *= g
-        E += U
-    if b is None:
-        flags = near_boundary(y, dt, rel=2.0 * E)
-    else:
-        a = y
-        y = a + b
-        flags = near_boundary(y, dt, delta=2.0 * E * np.abs(a) + 2.0 * U * np.abs(y))
-    zero_s = s == 0
-    if zero_s.any():  # eps = 0 on a constant row: 0/0, NaN by definition (not undecided)
-        undefined = zero_s[:, None] & np.isnan(y)  # 0 * inf
-        y[undefined] = np.nan
-        flags &= ~undefined
-    rstd = r * d if kind == "layer" else r  # 1/sqrt(q + eps) = d/sqrt(s) for layer norm
-    return y, flags, mu, rstd, finite
-
-
-# --- tier B ----------------------------------------------------------------------------------
-
-
-def _tier_b(x, kind, eps, g, b, dt):
-    """Double-double evaluation; float64 rows are first scaled by a power of two."""
-    # Overflow can occur only in rows whose c eps is out of range; they are flagged.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _tier_b_unguarded(x, kind, eps, g, b, dt)
-
-
-def _tier_b_unguarded(x, kind, eps, g, b, dt):
-    n, d = x.shape
-    fast = dt in FAST_FORMATS
-    k = np.zeros(n, dtype=np.int64)
-    et_abs = 0.0  # absolute error of each scaled input (underflow in the scaling)
-    if not fast:
-        _, k = np.frexp(np.abs(x).max(axis=1))
-        k = k.astype(np.int64)
-        x = np.ldexp(x, -k[:, None])
-        et_abs = 2.0**-1074
-    # eps in the scaled units; where it underflows it is negligible, and bounded as such
-    eps_s = np.ldexp(eps, -2 * k)
-    eps_err = np.where((eps_s < 2.0**-1021) & (eps > 0), 2.0**-1074, 0.0)
-    if kind == "layer":
-        S_hi, S_lo, eS = dd.pairwise_sum(x)
-        eS = eS + d * et_abs
-        if fast:
-            p, pe = x * d, 0.0  # exact: p + log2(d) <= 53 bits
-        else:
-            p, pe = dd.two_prod(x, float(d))
-        h, e1 = dd.two_sum(p, -S_hi[:, None])
-        tl = (e1 + pe) - S_lo[:, None]
-        et = eS[:, None] + d * et_abs + 2.02 * U * (np.abs(e1) + np.abs(pe) + np.abs(S_lo)[:, None])
-        th, tl = dd.two_sum(h, tl)
-        if not fast:  # a constant float64 row: t = 0 exactly, whatever the sum's bound says
-            const = (x.max(axis=1) == x.min(axis=1))[:, None]
-            th, tl, et = np.where(const, 0.0, th), np.where(const, 0.0, tl), np.where(const, 0.0, et)
-        mu = np.ldexp((S_hi + S_lo) / d, k)
-    else:
-        th, tl, et = x, np.zeros_like(x), np.full(x.shape, et_abs)
-        mu = None
-    # sum of squares
-    q, qe = dd.two_prod(th, th)
-    cross = 2.0 * th * tl + tl * tl
-    eq = 4 * U * (np.abs(qe) + np.abs(cross)) + 2 * (np.abs(th) + np.abs(tl)) * et + et * et + 2.0**-1070
-    T_hi, T_lo, eT = dd.pairwise_sum(q, qe + cross)
-    eT = eT + eq.sum(axis=1)
-    # s = T/d + c eps, c = d^2 (layer) or 1 (rms)
-    s_hi = T_hi / d
-    pp, ppe = dd.two_prod(s_hi, float(d))
-    s_lo = (((T_hi - pp) - ppe) + T_lo) / d
-    es = eT / d + 4 * U * np.abs(s_lo)
-    c = float(d) * d if kind == "layer" else 1.0
-    E_hi, E_lo = dd.two_prod(np.full(n, c), eps_s)
-    a1, a2 = dd.two_sum(s_hi, E_hi)
-    a2 = a2 + (s_lo + E_lo)
-    s_hi, s_lo = dd.two_sum(a1, a2)
-    es = es + 4 * U * (np.abs(a2) + np.abs(E_lo)) + c * eps_err
-    # s is truly 0 only for a zero sum of squares with eps = 0 (a scaled eps may underflow).
-    s_zero = (T_hi == 0) & (eps == 0)
-    y, flags, r = _dd_finish(th, tl, et, s_hi, s_lo, es, g, b, dt, s_zero)
-    # A tiny float64 row scaled up so far that c eps overflows: settled exactly.
-    flags |= ~(c * eps_s < 2.0**1000)[:, None]
-    with np.errstate(over="ignore", divide="ignore"):
-        rstd = np.ldexp(r * (d if kind == "layer" else 1), -k)
-        rstd = np.where(T_hi == 0, 1 / np.sqrt(eps), rstd)  # a zero row: 1/sqrt(eps) unscaled
-    return y, flags, mu, rstd
-
-
-def _dd_finish(th, tl, et, s_hi, s_lo, es, g, b, dt, s_zero):
-    r"""From :math:`t` (``th + tl``, error ``et``) and :math:`s` (``s_hi + s_lo``, error
-    ``es``): :math:`y = \gamma t/\sqrt s + \beta` in double-double, rounded to ``dt``, with the
-    undecided elements flagged. ``s_zero`` marks the rows whose exact s is 0 (0/0 where t = 0).
-    Returns ``(y, flags, 1/sqrt(s))``."""
-    # 1/sqrt(s): one Newton step from r0, r = r0 (1 - rho)^(-1/2) with rho = 1 - s r0^2
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r0 = 1.0 / np.sqrt(s_hi)
-        w, we = dd.two_prod(r0, r0)
-        z, ze = dd.two_prod(s_hi, w)
-        tail = s_hi * we + s_lo * w
-        rho = ((1.0 - z) - ze) - tail
-        e_rho = 4 * U * (np.abs(ze) + np.abs(tail) + np.abs(rho)) + 2.0**-104
-        r_lo = r0 * rho * 0.5
-        # relative error of r0 + r_lo: the series' next term, rho's error, s's error
-        er = 0.4 * rho * rho + 0.5 * e_rho + 2 * U * np.abs(rho) + 0.51 * es / s_hi + 2.0**-104
-        m, me = dd.two_prod(th, r0[:, None])
-        rest = th * r_lo[:, None] + tl * r0[:, None] + tl * r_lo[:, None]
-        me = me + rest
-        rr = r0[:, None] * (1 + 2 * U)
-        err = (np.abs(th) + np.abs(tl)) * rr * er[:, None] + et * rr + 4 * U * (np.abs(rest) + np.abs(me))
-    if g is not None:
-        m2, m2e = dd.two_prod(m, g)
-        tail = me * g
-        m, me = m2, m2e + tail
-        err = err * np.abs(g) + 4 * U * (np.abs(tail) + np.abs(m2e))
-    if b is not None:
-        yh, e = dd.two_sum(m, b)
-        yl = e + me
-        err = err + 4 * U * np.abs(yl)
-    else:
-        yh, yl = m, me
-    zero = (th == 0) & (tl == 0) & (et == 0)  # t is exactly 0: y is exactly 0 gamma + beta
-    exact = (0.0 if g is None else 0.0 * g) + (0.0 if b is None else b)  # NaN for a NaN gamma
-    yh, yl = np.where(zero, exact, yh), np.where(zero, 0.0, yl)
-    err = np.where(zero, 0.0, err)
-    undefined = s_zero[:, None] & zero
-    yl = np.where(np.isfinite(yh), yl, 0.0)  # beside an infinite beta the tail is inf - inf
-    if dt in FAST_FORMATS:  # (non-finite estimates are flagged)
-        y = yh + yl
-        flags = near_boundary(y, dt, delta=2.0 * err + 2 * U * np.abs(y))
-    else:
-        y, flags = _decide_float64(yh, yl, 2.0 * err)
-    y = np.where(undefined, np.nan, y)
-    return y, flags & ~undefined, r0 + r_lo
+# --- batch normalization at inference ------------------------------------------------------
 
 
 def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=None, counts=None):
@@ -369,84 +374,73 @@ def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=N
 
     ``mean`` and ``var`` are float64 arrays of shape ``(rows, 1)`` (one statistic per row);
     ``gamma``, ``beta`` broadcast to ``x2d``. Returns ``(y, rstd)``, rstd correctly rounded up
-    to one float64 ulp.
+    to one float64 ulp. :math:`x - m` and :math:`v + \varepsilon` are exact double-doubles; the
+    quotient is decided as in tier B (:func:`lneps.kernel_dd.inference`), exact ties and
+    cancellation as in the exact tier, the rest by rational arithmetic. Signed zeros as in
+    :func:`normalize`.
     """
     dt = x2d.dtype
+    fast = dt in FAST_FORMATS
     counts = {} if counts is None else counts
-    counts.setdefault("exact_elements", 0)
+    for key in _KEYS:
+        counts.setdefault(key, 0)
     x = x2d.astype(np.float64)
-    m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (x.shape[0], 1))
+    n = x.shape[0]
+    m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (n, 1))
     v = np.asarray(var, dtype=np.float64).reshape(-1)
-    th, tl = dd.two_sum(x, -m)  # exact
-    s_hi, s_lo = dd.two_sum(v, np.full(v.shape, eps))  # exact
-    zeros = np.zeros_like(th)
-    y, flags, r = _dd_finish(th, tl, zeros, s_hi, s_lo, np.zeros_like(s_hi), gamma, beta, dt, s_hi == 0)
+    gg = None if gamma is None else np.broadcast_to(np.asarray(gamma, dtype=np.float64), x.shape)
+    bb = None if beta is None else np.broadcast_to(np.asarray(beta, dtype=np.float64), x.shape)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        y, flags, a, bp, s_hi, rstd = inference(x, m, v, eps, gg, bb, dt, fast)
     finite = np.isfinite(x) & np.isfinite(m) & np.isfinite(v)[:, None]
-    for p in (gamma, beta):
+    for p in (gg, bb):
         if p is not None:
             finite = finite & np.isfinite(p)
-    flags = (flags | ~np.isfinite(th)) & finite  # NaN or inf in: the arithmetic's NaN or inf out
-    out = to_format(y, dt) if dt in FAST_FORMATS else y
+    flags &= finite  # NaN or inf in: the arithmetic's NaN or inf out
+    out = to_format(y, dt) if fast else y
     if flags.any():
+        I, J = np.nonzero(flags)
+        gi = None if gg is None else gg[I, J]
+        bi = None if bb is None else bb[I, J]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+            values, done = exact_affine(a[I, J], bp[I, J], exact_root(v, eps)[I], gi, bi, dt)
+        done &= s_hi[I] != 0  # 0/0 and a/0: left to the rational arithmetic
+        counts["exact_elements"] += int(flags.sum())
+        out[I[done], J[done]] = to_format(values[done], dt) if fast else values[done]
         fmt = format_of(dt)
-        gg = None if gamma is None else np.broadcast_to(gamma, x.shape)
-        bb = None if beta is None else np.broadcast_to(beta, x.shape)
-        idx = np.argwhere(flags)
-        counts["exact_elements"] += len(idx)
-        for i, j in idx:
-            a = Fraction(float(x[i, j])) - Fraction(float(m[i, 0]))
-            a *= 1 if gg is None else Fraction(float(gg[i, j]))
+        for i, j in zip(I[~done], J[~done]):
+            counts["fraction_elements"] += 1
+            q = Fraction(float(x[i, j])) - Fraction(float(m[i, 0]))
+            q *= 1 if gg is None else Fraction(float(gg[i, j]))
             s = Fraction(float(v[i])) + Fraction(eps)
-            out[i, j] = round_quotient(a, s, 0 if bb is None else Fraction(float(bb[i, j])), fmt)
-    return out, r
+            out[i, j] = round_quotient(q, s, 0 if bb is None else Fraction(float(bb[i, j])), fmt)
+    return out, rstd
 
 
-def _decide_float64(yh, yl, delta):
-    """Round ``yh + yl`` to float64 and flag it unless no float64 midpoint is within delta."""
-    h, l = dd.two_sum(yh, yl)
-    a = np.abs(h)
-    with np.errstate(invalid="ignore", over="ignore"):
-        up = np.spacing(a)  # to the next number away from 0
-        # toward 0 the spacing halves below a power of two (a normal number, not 0)
-        power_of_two = (a.view(np.uint64) & np.uint64((1 << 52) - 1)) == 0
-        down = np.where(power_of_two & (a >= 2.0**-1021), up / 2, up)
-        away = np.where(h < 0, -l, l)  # the tail, measured away from 0
-        margin = delta * 1.01
-        # (twice the distances: half the smallest subnormal is not a float64 number)
-        safe = (up - 2 * away > 2 * margin) & (down + 2 * away > 2 * margin) & np.isfinite(h)
-    return h, ~safe
+# --- the plain path ---------------------------------------------------------------------------
 
 
-# --- tier C and the plain path ----------------------------------------------------------------
-
-
-def _tier_c(x, idx, kind, eps, g, b, out, dt):
-    fmt = format_of(dt)
-    rows = np.unique(idx[:, 0])
-    exact = _Rows(x[rows], Fraction(eps), "layer_norm" if kind == "layer" else "rms_norm")
-    where = {int(r): k for k, r in enumerate(rows)}
-    gg = None if g is None else np.broadcast_to(g, x.shape)
-    bb = None if b is None else np.broadcast_to(b, x.shape)
-    for i, j in idx:
-        k = where[int(i)]
-        a = Fraction(int(exact.num[k, j])) * (1 if gg is None else Fraction(float(gg[i, j])))
-        value = round_quotient(a, exact.s[k], 0 if bb is None else Fraction(float(bb[i, j])), fmt)
-        out[i, j] = value
-
-
-def _plain(x, kind, eps, g, b):
-    """The textbook two-pass formula in float64, for rows holding NaN or inf."""
+def _plain(xin, P, chunks, kind, eps, g, b, yout):
+    """The textbook two-pass formula in float64, for rows holding NaN or inf, chunk by chunk."""
+    xr = xin[P]
+    n, d = xr.shape
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mu = np.zeros(n)
         if kind == "layer":
-            mu = x.mean(axis=1)
-            v = x - mu[:, None]
-            r = 1.0 / np.sqrt((v * v).mean(axis=1) + eps)
-        else:
-            mu, v = None, x
-            r = 1.0 / np.sqrt((x * x).mean(axis=1) + eps)
-        y = v * r[:, None]
-        if g is not None:
-            y = y * g
-        if b is not None:
-            y = y + b
-    return y, mu, r
+            for c0, c1 in chunks:
+                mu += xr[:, c0:c1].astype(np.float64).sum(axis=1)
+            mu /= d
+        q = np.zeros(n)
+        for c0, c1 in chunks:
+            v = xr[:, c0:c1].astype(np.float64) - mu[:, None]
+            q += (v * v).sum(axis=1)
+        r = 1.0 / np.sqrt(q / d + eps)
+        for c0, c1 in chunks:
+            y = (xr[:, c0:c1].astype(np.float64) - mu[:, None]) * r[:, None]
+            gc, bc = g.part(c0, c1, P), b.part(c0, c1, P)
+            if gc is not None:
+                y = y * gc
+            if bc is not None:
+                y = y + bc
+            yout[P, c0:c1] = y.astype(yout.dtype)
+    return (mu if kind == "layer" else None), r

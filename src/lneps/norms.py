@@ -15,10 +15,19 @@ given inputs: x, gamma and beta as the binary numbers they store, epsilon as the
 value of the Python float passed in, gamma and beta applied before the single rounding. This
 holds for float16, bfloat16, float32 and float64 input, every d and every finite input
 (exact cancellation and ties included), without spurious overflow or underflow
-(:mod:`lneps.kernel` says how, and :mod:`lneps.oracle` checks it). Integer input is computed
-and returned in float64 (beyond :math:`2^{53}` it is refused); other floating formats are
-computed as float64 and cast once; complex input (for complex-step derivatives) uses the
-plain two-pass formula in complex128, with :math:`\sigma^2 = \operatorname{mean}(v^2)`.
+(:mod:`lneps.kernel` says how, and :mod:`lneps.oracle` checks it). Signed zeros follow IEEE
+754's round to nearest: an exact zero result is +0 (as an exact zero sum is), whatever the
+signs of the inputs; a nonzero exact value that rounds to zero keeps its sign (-0 for a
+negative one). Integer input is computed and returned in float64 (beyond :math:`2^{53}` it is
+refused, Python integers too large for NumPy included); ``np.longdouble`` input (wider than
+float64) is refused; other floating formats (narrower than float64) are computed as float64
+and cast once; complex input (for complex-step derivatives) uses the plain two-pass formula in
+complex128, with :math:`\sigma^2 = \operatorname{mean}(v^2)`.
+
+Gains and biases are a scalar, an array of the normalized axes' shape, or any shape that
+broadcasts to x's the NumPy way with length 1 on the other axes (``(1, d)`` for ``(n, d)``);
+one that varies along another axis, a complex one with real x, or an ``np.longdouble`` one is
+refused with a message naming the problem.
 
 ``compute_dtype=np.float16`` (``ml_dtypes.bfloat16``, ``np.float32``, ...) instead rounds
 every operation to that format, epsilon, gamma and beta included: the naive low-precision
@@ -36,13 +45,14 @@ import numpy as np
 from . import kernel
 from ._checks import (
     as_float_array,
-    as_real_float_array,
     check_affine,
     check_axes,
     check_axis,
     check_eps,
     check_float_dtype,
+    check_param_shape,
     check_positive_int,
+    check_supported,
 )
 from .rounded import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
 
@@ -69,6 +79,27 @@ def _compute_dtype(compute_dtype, arr: np.ndarray):
     if arr.dtype.kind == "c":
         raise TypeError(f"compute_dtype needs real input; x has dtype {arr.dtype}")
     return dt
+
+
+def _input(x):
+    """``(array, output dtype)`` for x, a format lneps computes exactly (or complex)."""
+    arr, out_dtype = as_float_array(x)
+    return check_supported(arr), out_dtype
+
+
+def _real_param(p: np.ndarray, name: str, arr: np.ndarray) -> np.ndarray:
+    """A gain, bias or statistic: no wider-than-float64 format, and real when x is."""
+    check_supported(p, name)
+    if p.dtype.kind == "c" and arr.dtype.kind != "c":
+        raise TypeError(f"{name} is complex (dtype {p.dtype}) but x is real (dtype {arr.dtype}): "
+                        "the result would be complex; pass real parameters, or complex x")
+    return p
+
+
+def _affine(param, name, arr, axes):
+    """check_affine, then the dtype rules of :func:`_real_param`."""
+    p = check_affine(param, name, arr, axes)
+    return None if p is None else _real_param(p, name, arr)
 
 
 def _check_flag(value, name: str) -> bool:
@@ -117,11 +148,13 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
     ----------
     x : array_like
         Any shape. Floating input keeps its dtype; integer input is computed and returned in
-        float64 (magnitudes beyond :math:`2^{53}` are refused); complex input keeps its dtype
-        and uses the analytic continuation :math:`\sigma^2 = \operatorname{mean}(v^2)`.
+        float64 (magnitudes beyond :math:`2^{53}` are refused, naming the integer);
+        ``np.longdouble`` is refused (``TypeError``); complex input keeps its dtype and uses
+        the analytic continuation :math:`\sigma^2 = \operatorname{mean}(v^2)`.
     gamma, beta : array_like, optional
-        Gain and bias: a scalar, or the shape of the normalized axes (``(d,)`` for one axis).
-        Default :math:`\gamma = 1`, :math:`\beta = 0`.
+        Gain and bias: a scalar, the shape of the normalized axes (``(d,)`` for one axis), or
+        any shape that broadcasts to x's with length 1 on the other axes (``(1, d)``). Real
+        when x is real. Default :math:`\gamma = 1`, :math:`\beta = 0`.
     eps : float
         :math:`\varepsilon \ge 0`, added to the biased variance inside the square root.
         ``eps=0`` is allowed: a constant slice then gives NaN (that slice only).
@@ -143,13 +176,15 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
 
     Returns
     -------
-    y, or ``(y, mean, rstd)`` with ``return_stats=True``.
+    y, or ``(y, mean, rstd)`` with ``return_stats=True``. On the default path an exact zero
+    element is +0, whatever the signs of x, gamma and beta (IEEE 754's rule for an exact zero
+    sum); a nonzero exact value that rounds to zero is -0 when it is negative.
     """
-    arr, out_dtype = as_float_array(x)
+    arr, out_dtype = _input(x)
     axes = check_axes(arr, axis)
     eps = check_eps(eps)
-    g = check_affine(gamma, "gamma", arr, axes)
-    b = check_affine(beta, "beta", arr, axes)
+    g = _affine(gamma, "gamma", arr, axes)
+    b = _affine(beta, "beta", arr, axes)
     dt = _compute_dtype(compute_dtype, arr)
     stats = _check_flag(return_stats, "return_stats")
     if dt is not None:
@@ -190,14 +225,15 @@ def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_sta
     No mean is subtracted and there is no bias. ``eps=None`` (the default) follows
     ``torch.nn.RMSNorm``: the machine epsilon of the computation type
     (:func:`rms_norm_default_eps`: float32's for float16, bfloat16 and float32 input,
-    float64's for float64). Same dtypes, accuracy guarantee, ``axis`` and ``compute_dtype``
-    as :func:`layer_norm`; ``return_stats=True`` also returns ``rstd``
+    float64's for float64). Same dtypes, accuracy guarantee (signed zeros included), ``gamma``
+    shapes, ``axis`` and ``compute_dtype`` as :func:`layer_norm`; ``return_stats=True`` also
+    returns ``rstd``
     :math:`= 1/\sqrt{\operatorname{mean}(z^2)+\varepsilon}` (float64 on the default path).
     """
-    arr, out_dtype = as_float_array(x)
+    arr, out_dtype = _input(x)
     axes = check_axes(arr, axis)
     eps = rms_norm_default_eps(arr.dtype) if eps is None else check_eps(eps)
-    g = check_affine(gamma, "gamma", arr, axes)
+    g = _affine(gamma, "gamma", arr, axes)
     dt = _compute_dtype(compute_dtype, arr)
     stats = _check_flag(return_stats, "return_stats")
     if dt is not None:
@@ -229,12 +265,14 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
     ``x`` has shape ``(N, C, *)``; its C channels split into ``num_groups`` groups of
     consecutive channels, and each (sample, group) slice, its channels and every spatial
     position, is normalized as one row: :math:`(z-\mu)/\sqrt{\sigma^2+\varepsilon}` with the
-    biased variance. ``gamma`` and ``beta`` are per channel (a scalar or shape ``(C,)``).
+    biased variance. ``gamma`` and ``beta`` are per channel: a scalar, shape ``(C,)``, or a
+    shape broadcasting to x's with length 1 on every axis but the channels' (``(1, C, 1)``).
     ``num_groups = C`` is instance normalization; ``num_groups = 1`` is layer norm over
-    ``(C, *)``. Correctly rounded as :func:`layer_norm`. ``return_stats=True`` also returns
+    ``(C, *)``. Correctly rounded as :func:`layer_norm`, signed zeros included.
+    ``return_stats=True`` also returns
     float64 ``mean`` and ``rstd`` of shape ``(N, num_groups)``.
     """
-    arr, out_dtype = as_float_array(x)
+    arr, out_dtype = _input(x)
     if arr.dtype.kind == "c":
         raise TypeError(f"x must be real; got complex dtype {arr.dtype}")
     if arr.ndim < 2:
@@ -253,9 +291,9 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
         if p is None:
             params.append(None)
             continue
-        q, _ = as_float_array(p, name)
-        if q.ndim and q.shape != (C,):
-            raise ValueError(f"{name} must be a scalar or have shape ({C},), one per channel; got shape {q.shape}")
+        q = _real_param(as_float_array(p, name)[0], name, arr)
+        if q.ndim:
+            q = check_param_shape(q, name, arr, (1,), "channel")  # (C,), or (1, C, 1, ...)
         full = np.broadcast_to(q.astype(np.float64).reshape(channel if q.ndim else ()), arr.shape)
         params.append(full.reshape(N * G, -1))
     rows = (arr if arr.dtype in _EXACT else arr.astype(np.float64)).reshape(N * G, -1)
@@ -270,21 +308,24 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
 
     ``axis`` (an int or a tuple) names the axes reduced over: ``0`` for a ``(tokens,
     features)`` table, ``(0, 2)`` for torch's ``(N, C, L)``. The remaining axes are the
-    features; ``gamma``, ``beta``, ``running_mean`` and ``running_var`` are a scalar or have
-    the features' shape.
+    features; ``gamma``, ``beta``, ``running_mean`` and ``running_var`` are a scalar, have
+    the features' shape, or broadcast to x's shape with length 1 on the reduced axes.
 
     * ``training=True``: the batch's own biased mean and variance per feature, so one token's
       output depends on every other token in the batch:
-      :math:`\gamma_j (x_{tj} - \mu_j)/\sqrt{\sigma_j^2 + \varepsilon} + \beta_j`.
+      :math:`\gamma_j (x_{tj} - \mu_j)/\sqrt{\sigma_j^2 + \varepsilon} + \beta_j`. As in
+      torch, a feature needs more than one value (``ValueError`` otherwise: its variance
+      would be 0 whatever the data).
     * ``training=False``: the stored statistics (``running_mean`` and ``running_var``,
       both required), as a network uses them after training:
       :math:`\gamma_j (x_{tj} - m_j)/\sqrt{v_j + \varepsilon} + \beta_j`; here ε meets a
       stored, possibly tiny variance. No statistic of the batch is used.
 
-    Correctly rounded as :func:`layer_norm`, both ways (real input). ``return_stats=True``
+    Correctly rounded as :func:`layer_norm`, both ways (real input), signed zeros included.
+    ``return_stats=True``
     also returns float64 ``mean`` and ``rstd``, shaped like x with the reduced axes kept.
     """
-    arr, out_dtype = as_float_array(x)
+    arr, out_dtype = _input(x)
     if arr.dtype.kind == "c":
         raise TypeError(f"x must be real; got complex dtype {arr.dtype}")
     if isinstance(axis, (tuple, list)):
@@ -307,15 +348,23 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
     def per_row(p, name):
         if p is None:
             return None
-        q, _ = as_float_array(p, name)
+        q = _real_param(as_float_array(p, name)[0], name, arr)
         if q.ndim and q.shape != fshape:
-            raise ValueError(f"{name} must be a scalar or have the features' shape {fshape}; got shape {q.shape}")
+            try:  # the features' shape, or broadcasting to x with length 1 on the reduced axes
+                q = check_param_shape(q, name, arr, features, "feature")
+            except ValueError:
+                raise ValueError(f"{name} must be a scalar or have the features' shape {fshape} "
+                                 f"(or broadcast to x's shape {arr.shape} with length 1 on the "
+                                 f"reduced axes {axes}); got shape {q.shape}") from None
         return np.broadcast_to(q.astype(np.float64), fshape).reshape(nrows, 1)
 
     g, b = per_row(gamma, "gamma"), per_row(beta, "beta")
     if training:
         if running_mean is not None or running_var is not None:
             raise ValueError("running_mean and running_var are used only with training=False")
+        if rows.shape[1] == 1 and arr.size:  # torch's rule: a variance of one value is 0, always
+            raise ValueError(f"Expected more than 1 value per channel when training, got input of "
+                             f"shape {arr.shape} (1 value per feature over the axes {axes})")
         y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=g, beta=b)
     else:
         if running_mean is None or running_var is None:

@@ -168,11 +168,12 @@ def round_quotient(a, s, b, fmt: Format, bits: int = 96) -> float:
     r"""The format's nearest number to :math:`a/\sqrt{s} + b` (rationals a, b; s >= 0), exactly.
 
     :math:`\sqrt s` is bracketed by integer square roots to ``bits`` bits; when both ends of
-    the bracket round to the same number, that is the answer. Otherwise the one rounding
-    boundary m between the two results decides: the sign of :math:`a/\sqrt s + b - m` is
-    computed exactly by comparing squares, and an exact tie goes to the neighbour whose last
-    significand bit is 0. s = 0 gives NaN for a = 0 (the 0/0 of a constant row with ε = 0)
-    and ±inf otherwise.
+    the bracket round to the same number, sign included, that is the answer. Otherwise the one
+    rounding boundary m between the two results decides: the sign of :math:`a/\sqrt s + b - m`
+    is computed exactly by comparing squares, and an exact tie goes to the neighbour whose last
+    significand bit is 0. An exact 0 is +0 (IEEE 754's sign of an exact zero sum in round to
+    nearest); a nonzero value that rounds to 0 keeps its sign. s = 0 gives NaN for a = 0 (the
+    0/0 of a constant row with ε = 0) and ±inf otherwise.
     """
     a, s, b = Fraction(a), Fraction(s), Fraction(b)
     if s < 0:
@@ -181,6 +182,9 @@ def round_quotient(a, s, b, fmt: Format, bits: int = 96) -> float:
         return float("nan") if a == 0 else (float("inf") if a > 0 else float("-inf"))
     if a == 0:
         return round_rational(b, fmt)
+    sign = _sign_of_difference(a, s, -b)  # the sign of the value itself
+    if sign == 0:
+        return 0.0
     while True:
         # sqrt(s) = sqrt(N D)/D lies in [f, f + 1] / (D 2^k) with f = isqrt(N D 4^k) >= 2^k.
         N, D = s.numerator, s.denominator
@@ -189,7 +193,7 @@ def round_quotient(a, s, b, fmt: Format, bits: int = 96) -> float:
         ends = sorted([a * Fraction(D << k, f) + b, a * Fraction(D << k, f + 1) + b])
         lo, hi = round_rational(ends[0], fmt), round_rational(ends[1], fmt)
         if lo == hi:
-            return lo
+            return lo if lo != 0 else (0.0 if sign > 0 else -0.0)
         m = _boundary(lo, hi, fmt)
         if m is not None:
             side = _sign_of_difference(a, s, m - b)
@@ -393,7 +397,7 @@ def _settle(x, gamma, beta, eps, dtype, kind):
     v, bd = value.reshape(shape2), bound.reshape(shape2)
     with np.errstate(over="ignore", invalid="ignore"):
         lo, hi = round_float64(v - bd, dt), round_float64(v + bd, dt)
-    out = np.where((lo == hi) | np.isnan(v), lo, np.nan)
+    out = np.where(((lo == hi) & (np.signbit(lo) == np.signbit(hi))) | np.isnan(v), lo, np.nan)
     hard = np.argwhere(np.isnan(out) & ~np.isnan(v))
     for i, j in hard:
         a = Fraction(int(rows.num[i, j])) * (1 if g is None else Fraction(float(g[i, j])))
