@@ -1,4 +1,4 @@
-"""The stored framework measurements (book/data/frameworks/*.json, incidents.toml), the
+"""The stored framework measurements (src/lneps/data/frameworks/*.json, incidents.toml), the
 summaries lneps.frameworks computes from them, and the chapter's numbers. Always runs: needs
 no framework."""
 
@@ -6,6 +6,7 @@ import copy
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -17,6 +18,7 @@ from lneps import incidents as INC
 from notebooks import glued
 
 F16, BF16, F32 = np.float16, ml_dtypes.bfloat16, np.float32
+ROOT = Path(__file__).resolve().parents[1]
 DATA = FW.load_all()
 
 
@@ -44,7 +46,7 @@ def test_every_file_has_the_full_grid_and_its_provenance(fw):
 
 
 def test_versions_are_the_pinned_ones():
-    pins = dict(line.split("==") for line in open(FW.DATA_DIR.parents[2] / "requirements-frameworks.txt")
+    pins = dict(line.split("==") for line in open(ROOT / "requirements-frameworks.txt")
                 if "==" in line and not line.startswith("#"))
     assert DATA["torch"]["versions"]["torch"] == pins["torch"].strip() + "+cpu"
     assert DATA["flax"]["versions"]["flax"] == pins["flax"].strip()
@@ -171,7 +173,7 @@ def test_eps_is_kept_in_float32_and_rmsnorm_default():
 def test_incidents_file():
     incs = INC.load()
     assert len(incs) == 10 and len({i["key"] for i in incs}) == 10
-    bib = (FW.DATA_DIR.parents[2] / "references.bib").read_text()
+    bib = (ROOT / "references.bib").read_text()
     for inc in incs:
         assert "{" + inc["cite"] + "," in bib.replace("@misc{", "{"), inc["cite"]
     q = INC.by_key()["pytorch-66707"]["quoted"]

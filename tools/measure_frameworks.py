@@ -1,5 +1,6 @@
 """Run PyTorch, Flax, ONNX Runtime and ONNX's reference evaluator on the book's inputs and
-write what they compute to book/data/frameworks/<framework>.json (`make frameworks`).
+write what they compute to src/lneps/data/frameworks/<framework>.json (`make frameworks`), the
+package data lneps.frameworks.load reads.
 
 Every output is compared element by element with lneps's default path, the format's value
 nearest to the exact result (lneps.frameworks.error_summary). Before overwriting a stored file,
@@ -7,7 +8,7 @@ the fresh measurement is compared with it, so a reader on another CPU sees what 
 
     python tools/measure_frameworks.py                 # all four, full grid
     python tools/measure_frameworks.py --only torch    # one framework
-    python tools/measure_frameworks.py --out /tmp/fw   # write elsewhere, compare with the book's
+    python tools/measure_frameworks.py --out /tmp/fw   # write elsewhere, compare with the stored
 
 Needs the extra (requirements-frameworks.txt). The runners are importable (tests re-measure a
 subset with them); nothing here is imported by `import lneps`.
@@ -33,6 +34,9 @@ import lneps
 from lneps import frameworks as FW
 
 ROOT = Path(__file__).resolve().parents[1]
+# The stored measurements: this checkout's package data, the files to rewrite and compare with
+# (not FW.DATA_DIR, which for a non-editable install lies inside site-packages).
+STORED = ROOT / "src" / "lneps" / "data" / "frameworks"
 BF16 = ml_dtypes.bfloat16
 SIMD_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
               "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_tile", "amx_fp16")
@@ -496,16 +500,16 @@ def report(new: dict, old: dict | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=list(RUNNERS), action="append")
-    ap.add_argument("--out", type=Path, default=FW.DATA_DIR)
+    ap.add_argument("--out", type=Path, default=STORED)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     for name in args.only or list(RUNNERS):
-        stored = FW.DATA_DIR / f"{name}.json"
+        stored = STORED / f"{name}.json"
         old = None
         if stored.is_file():
             try:
-                old = FW.load(name)
+                old = FW.load(name, STORED)
             except ValueError as exc:  # a file from an older schema: measure anyway, say so
                 print(f"{name}: the stored measurement does not fit the current schema ({exc})")
         data = measure(name)

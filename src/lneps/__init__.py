@@ -13,9 +13,16 @@ kernel and its exact oracle (``kernel``, ``dd``, ``rounding``, ``oracle``), fini
 measurements and incidents (``frameworks``, ``incidents``), the trained network (``minilm``,
 ``activations``), and the book's figures, tables and slider (``figures``, ``report``,
 ``slider``).
+
+``import lneps`` and ``import lneps.testing`` need only NumPy and ml_dtypes (``pip install
+lneps``); the book's modules also need SymPy, Matplotlib, mpmath, safetensors, tokenizers and
+threadpoolctl (``pip install "lneps[book]"``). ``__version__`` is the package's version, read
+from here by ``pyproject.toml``.
 """
 
 import importlib
+
+__version__ = "0.1.0"
 
 from .backward import layer_norm_backward, layer_norm_eps_derivative, rms_norm_backward
 from .jacobian import *  # noqa: F403
@@ -27,7 +34,7 @@ from .softmax import __all__ as _softmax_all
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
                "survey", "oracle", "kernel", "dd", "rounding", "report", "slider", "frameworks",
                "incidents", "eps_swap", "figures",
-               "symbolic_backward", "minilm", "activations")
+               "symbolic_backward", "minilm", "activations", "testing")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
            *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]

@@ -1,5 +1,6 @@
 r"""What the frameworks compute: the inputs they are measured on, the error summary, and the
-loaders of the measurements stored in ``book/data/frameworks/``.
+loaders of the measurements stored in ``src/lneps/data/frameworks/`` (installed with the package:
+:data:`DATA_DIR`).
 
 This module never imports a framework. ``tools/measure_frameworks.py`` runs PyTorch, Flax,
 ONNX Runtime and ONNX's reference evaluator on :func:`measurement_rows` and stores, for every
@@ -55,7 +56,8 @@ __all__ = [
     "compare",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "book" / "data" / "frameworks"
+# Package data (pyproject.toml), so an installed lneps finds it, not only a source checkout.
+DATA_DIR = Path(__file__).resolve().parent / "data" / "frameworks"
 FRAMEWORKS = ("torch", "flax", "onnxruntime", "onnx_reference")
 DTYPES = ("float16", "bfloat16", "float32")
 DS = (8, 100, 768, 4096)
@@ -180,15 +182,15 @@ def dump(data: dict, path) -> None:
     """Write one framework's measurement as strict JSON (non-finite floats as strings)."""
     validate(data)
     text = json.dumps(_encode(data), indent=1, allow_nan=False, sort_keys=False)
-    Path(path).write_text(text + "\n")
+    Path(path).write_text(text + "\n", encoding="utf-8")
 
 
 def load(framework: str, data_dir=None) -> dict:
-    """Read and :func:`validate` ``<data_dir>/<framework>.json`` (default: the book's data)."""
+    """Read and :func:`validate` ``<data_dir>/<framework>.json`` (default: :data:`DATA_DIR`)."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {FRAMEWORKS}; got {framework!r}")
     path = Path(data_dir or DATA_DIR) / f"{framework}.json"
-    data = _decode(json.loads(path.read_text()))
+    data = _decode(json.loads(path.read_text(encoding="utf-8")))
     validate(data)
     return data
 

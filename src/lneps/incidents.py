@@ -1,5 +1,5 @@
 """Real reports about the layer-normalization epsilon: the table behind chapter 7's
-"Incidents, recomputed" (``book/data/frameworks/incidents.toml``).
+"Incidents, recomputed" (``src/lneps/data/frameworks/incidents.toml``, package data).
 
 Each incident names its thread (``thread``, ``url``, the ``references.bib`` key ``cite``), what
 was reported, what the chapter recomputes, and the numbers copied from the thread
@@ -14,13 +14,13 @@ from pathlib import Path
 
 __all__ = ["INCIDENTS_FILE", "FIELDS", "load", "by_key"]
 
-INCIDENTS_FILE = Path(__file__).resolve().parents[2] / "book" / "data" / "frameworks" / "incidents.toml"
+INCIDENTS_FILE = Path(__file__).resolve().parent / "data" / "frameworks" / "incidents.toml"  # package data
 FIELDS = ("key", "thread", "url", "cite", "report", "recompute", "quoted")
 
 
 def load(path=None) -> list[dict]:
     """The incidents, in file order; ``ValueError`` naming the first bad entry."""
-    data = tomllib.loads(Path(path or INCIDENTS_FILE).read_text())
+    data = tomllib.loads(Path(path or INCIDENTS_FILE).read_text(encoding="utf-8"))
     incidents = data.get("incident", [])
     if not incidents:
         raise ValueError("no [[incident]] entries")

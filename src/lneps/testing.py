@@ -1,0 +1,367 @@
+r"""Testing a normalization kernel against lneps, shaped like :mod:`numpy.testing`.
+
+:func:`compare` measures a kernel's output ``actual`` for input ``x`` (and ``gamma``, ``beta``,
+``eps``) against lneps, :func:`assert_close` fails a test with the worst element spelled out,
+and :func:`families` draws the inputs that break low-precision kernels.
+
+Conventions, for each element of ``actual`` (its dtype is the output format: float16,
+bfloat16, float32 or float64; p significand bits):
+
+* exact value e: the op's formula, e.g. :math:`\gamma_i (x_i-\mu)/\sqrt{\sigma^2+\varepsilon}
+  + \beta_i` with the biased variance, on x, gamma, beta and eps as the binary numbers they
+  store. It is lneps's result for x upcast to float64 (exact), correctly rounded to float64:
+  within :math:`2^{-53}` relative of the real value, far below a 16- or 32-bit ulp. For
+  float64 ``actual`` nothing finer is at hand: e is the correctly rounded float64 value, so
+  float64 errors are measured against it (exact up to 0.5 ulp; a correct element measures 0).
+* correctly rounded value r: the format's nearest number to the exact value, ties to even:
+  lneps's default output for x stored in actual's format (exact when x's values fit it, the
+  usual case). When they do not (float32 x, bfloat16 ``actual``) r is e rounded once more,
+  which differs from the true r only if e lies exactly on a midpoint of the format while
+  the real value does not; ``Report.uncertain`` counts the elements where e is a midpoint.
+* ulp: the format's spacing at :math:`|e|`, :math:`2^{E-p+1}` for :math:`2^E \le |e| <
+  2^{E+1}`, never below the smallest subnormal (:func:`lneps.ulp.ulp`); an exact 0 has the
+  smallest subnormal as its ulp. ``ulp`` error :math:`|a-e|/\operatorname{ulp}(e)`;
+  ``scaled`` error :math:`|a-e|/\operatorname{ulp}(\max(|e|, s))` with s = ``scale``
+  (broadcast against ``actual``), else :math:`|\gamma|` where the op applies it, else 1: an
+  error relative to the size of :math:`\gamma u` rather than of a result that cancelled.
+* equal to r: equal as numbers (+0 and -0 alike, everything else bitwise) or both NaN. Where a
+  or r is NaN or infinite the error is 0 if a equals r and infinite otherwise.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from . import norms
+from ._checks import as_float_array, check_float_dtype, check_positive_int, check_real
+from .oracle import round_float64
+from .survey import family_rows
+from .ulp import ulp
+
+__all__ = ["OPS", "DEFAULT", "Report", "compare", "assert_close", "Family", "families"]
+
+OPS = ("layer_norm", "rms_norm", "group_norm", "batch_norm")
+_FORMATS = tuple(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+_NAMES = "float16, bfloat16, float32 or float64"
+
+
+class _Default:
+    def __repr__(self):
+        return "<op's default>"
+
+
+#: ``eps`` and ``axis`` left to the op: its own signature's default (``rms_norm``'s
+#: ``eps=None`` is torch's rule for x's dtype; ``batch_norm`` reduces axis 0; ``group_norm``
+#: takes no axis; a callable gets ``axis=-1`` and no eps).
+DEFAULT = _Default()
+
+
+def _as_numpy(a, name: str) -> np.ndarray:
+    """A NumPy array of one of the four formats from NumPy, PyTorch, JAX, DLPack or Python input."""
+    mod = type(a).__module__
+    if mod.startswith("torch"):
+        import torch  # only ever for a torch tensor
+
+        t = a.detach().cpu()
+        arr = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    elif isinstance(a, np.ndarray) or mod.startswith("jax") or hasattr(a, "__array__"):
+        arr = np.asarray(a)
+    elif hasattr(a, "__dlpack__"):
+        arr = np.from_dlpack(a)
+    else:  # Python numbers and lists: integers become float64 (refused beyond 2**53)
+        arr = np.asarray(a)
+        arr = as_float_array(arr, name)[0] if arr.dtype.kind in "iu" else arr
+    if arr.dtype not in _FORMATS:
+        raise TypeError(f"{name} has dtype {arr.dtype}; lneps.testing takes {_NAMES}")
+    return arr
+
+
+def _axes(axis, nd: int) -> tuple:
+    return tuple(a % nd for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+
+
+def _caller(op, x, g, b, eps, axis, kw):
+    """``(f, axis, name)``: f(z) is the op on z with everything else fixed; axis as resolved."""
+    bad = sorted({"compute_dtype", "return_stats"} & set(kw))
+    if bad:
+        raise ValueError(f"{bad} would change the reference; lneps.testing compares with the default")
+    if callable(op):
+        ax, extra = (-1 if axis is DEFAULT else axis), ({} if eps is DEFAULT else {"eps": eps})
+        return (lambda z: op(z, g, b, axis=ax, **extra, **kw)), ax, getattr(op, "__name__", repr(op))
+    if not isinstance(op, str) or op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)} or a callable; got {op!r}")
+    fn = getattr(norms, op)
+    params = inspect.signature(fn).parameters
+    call = dict(kw, **({} if g is None else {"gamma": g}))
+    if b is not None:
+        if "beta" not in params:
+            raise ValueError(f"{op} has no beta; got beta")
+        call["beta"] = b
+    ax = None
+    if "axis" in params:
+        ax = call["axis"] = params["axis"].default if axis is DEFAULT else axis
+    elif axis is not DEFAULT:
+        raise ValueError(f"{op} takes no axis (it normalizes each group of channels); got axis={axis!r}")
+    default = params["eps"].default
+    call["eps"] = eps if eps is not DEFAULT else (norms.rms_norm_default_eps(x.dtype) if default is None else default)
+    return (lambda z: fn(z, **call)), ax, op
+
+
+def _outputs(f, x, dt):
+    """``(e, r, uncertain)``: exact and correctly rounded values (float64 arrays), and where r
+    came from rounding e to a midpoint of ``dt``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = _as_numpy(f(x.astype(np.float64)), "the op's result").astype(np.float64)
+        if dt == np.float64:
+            return e, e, np.zeros(e.shape, dtype=bool)
+        xd = x.astype(dt)
+        if np.array_equal(xd.astype(np.float64), x.astype(np.float64), equal_nan=True):
+            r = _as_numpy(f(xd), "the op's result")
+            r = r.astype(np.float64) if r.dtype == dt else round_float64(r.astype(np.float64), dt)
+            return e, r, np.zeros(e.shape, dtype=bool)
+        return e, round_float64(e, dt), np.isfinite(e) & (np.abs(e) / ulp(e, dt) % 1 == 0.5)
+
+
+def _scale(scale, g, op, axis, shape):
+    if scale is not None:
+        s = _as_numpy(scale, "scale").astype(np.float64)
+        if not np.all(np.isfinite(s) & (s >= 0)):
+            raise ValueError("scale must be finite and >= 0")
+    elif g is None:
+        return 1.0
+    else:
+        s, nd = np.abs(g.astype(np.float64)), len(shape)
+        axes = (1,) if op == "group_norm" else _axes(-1 if axis is None else axis, nd)
+        if op == "batch_norm":
+            axes = tuple(a for a in range(nd) if a not in axes)
+        if s.ndim and s.shape == tuple(shape[a] for a in axes):  # placed as the op applies gamma
+            s = s.reshape([shape[a] if a in axes else 1 for a in range(nd)])
+    try:
+        return np.broadcast_to(s, shape)
+    except ValueError:
+        raise ValueError(f"{'scale' if scale is not None else '|gamma|'} of shape {s.shape} does not "
+                         f"broadcast to actual's shape {shape}; pass scale=") from None
+
+
+@dataclass(frozen=True)
+class Report:
+    """How ``actual`` compares with lneps, element by element (conventions: module docstring).
+
+    ``max_ulp`` and ``max_ulp_scaled`` are the largest ulp and scaled errors (``worst_ulp_index``
+    and ``worst_index`` say where, as index tuples into ``actual``; None if n = 0), ``max_abs``
+    the largest :math:`|a-e|`, ``correctly_rounded`` the fraction of elements equal to r,
+    ``exact_zero`` how many e are 0, ``uncertain`` how many r may be off (module docstring).
+    The float64 arrays ``actual``, ``exact``, ``reference``, ``ulp_error`` and
+    ``scaled_error`` have actual's shape.
+    """
+
+    op: str
+    dtype: np.dtype
+    n: int
+    max_ulp: float
+    max_ulp_scaled: float
+    max_abs: float
+    correctly_rounded: float
+    exact_zero: int
+    uncertain: int
+    worst_index: tuple | None
+    worst_ulp_index: tuple | None
+    actual: np.ndarray = field(repr=False, compare=False)
+    exact: np.ndarray = field(repr=False, compare=False)
+    reference: np.ndarray = field(repr=False, compare=False)
+    ulp_error: np.ndarray = field(repr=False, compare=False)
+    scaled_error: np.ndarray = field(repr=False, compare=False)
+
+    def exceeding(self, max_ulp=1.0, metric="scaled") -> np.ndarray:
+        """Boolean mask of the elements whose error in ``metric`` exceeds ``max_ulp``: greater
+        than it, or, at ``max_ulp=0.5`` exactly, equal to 0.5 without being r (a tie's odd
+        neighbour, or the number just below a power of two whose exact value it is). So
+        ``max_ulp=0.5, metric="ulp"`` passes exactly the correctly rounded elements."""
+        bound = check_real(max_ulp, "max_ulp")
+        if not bound >= 0:
+            raise ValueError(f"max_ulp must be >= 0; got {max_ulp!r}")
+        if metric not in ("scaled", "ulp"):
+            raise ValueError(f"metric must be 'scaled' or 'ulp'; got {metric!r}")
+        err = self.scaled_error if metric == "scaled" else self.ulp_error
+        return (err > bound) | ((err == bound) & (bound == 0.5) & ~self._same())
+
+    def _same(self):
+        return (self.actual == self.reference) | (np.isnan(self.actual) & np.isnan(self.reference))
+
+    def __str__(self):
+        wrong = int((~self._same()).sum())
+        lines = [f"{self.op}, {self.dtype}, {self.n} elements: {self.correctly_rounded:.2%} correctly "
+                 f"rounded ({wrong} not)",
+                 f"  worst {self.max_ulp:.4g} ulp at {self.worst_ulp_index}; scaled {self.max_ulp_scaled:.4g} "
+                 f"ulp at {self.worst_index}; abs {self.max_abs:.4g}",
+                 f"  exact zeros: {self.exact_zero}"]
+        if self.uncertain:
+            lines.append(f"  {self.uncertain} correctly rounded values uncertain (x does not fit {self.dtype})")
+        return "\n".join(lines)
+
+
+def compare(actual, x, *, op="layer_norm", gamma=None, beta=None, eps=DEFAULT, axis=DEFAULT, scale=None,
+            **op_kwargs) -> Report:
+    """Measure ``actual`` against lneps's ``op`` on ``x``: a :class:`Report`.
+
+    ``op`` is one of :data:`OPS` (lneps's correctly rounded functions; ``op_kwargs`` such as
+    ``num_groups`` or ``training`` go to them) or a callable ``f(x, gamma, beta, eps=...,
+    axis=..., **op_kwargs)`` returning its result correctly rounded in x's format, called on
+    NumPy arrays. ``eps`` and ``axis`` default to the op's own (:data:`DEFAULT`); a callable
+    whose default eps depends on the dtype should be given eps, as it also sees float64 x.
+    Each of ``actual``, ``x``, ``gamma``, ``beta`` and ``scale`` may be a NumPy, PyTorch
+    (any device) or JAX array, a DLPack or ``__array__`` object, or Python numbers.
+    ``ValueError`` for an unknown op or a shape mismatch, ``TypeError`` for other dtypes.
+    """
+    return _compare(actual, x, op, gamma, beta, eps, axis, scale, op_kwargs)[0]
+
+
+def _compare(actual, x, op, gamma, beta, eps, axis, scale, kw):
+    a = _as_numpy(actual, "actual")
+    xa = _as_numpy(x, "x")
+    g = None if gamma is None else _as_numpy(gamma, "gamma")
+    b = None if beta is None else _as_numpy(beta, "beta")
+    kw = {k: _as_numpy(v, k) if type(v).__module__.startswith(("torch", "jax")) else v for k, v in kw.items()}
+    f, ax, name = _caller(op, xa, g, b, eps, axis, kw)
+    e, r, uncertain = _outputs(f, xa, a.dtype)
+    if e.shape != a.shape:
+        raise ValueError(f"actual has shape {a.shape} but the reference ({name} of x) has shape {e.shape}")
+    s = _scale(scale, g, op, ax, a.shape)
+    a64 = a.astype(np.float64)
+    finite = np.isfinite(a64) & np.isfinite(r)
+    same = (a64 == r) | (np.isnan(a64) & np.isnan(r))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        diff = np.where(finite, np.abs(a64 - e), np.where(same, 0.0, np.inf))
+        err = np.where(finite, diff / ulp(e, a.dtype), diff)
+        scaled = np.where(finite, diff / ulp(np.fmax(np.abs(e), s), a.dtype), diff)
+    n = a.size
+
+    def worst(v):
+        return tuple(int(i) for i in np.unravel_index(int(np.argmax(v)), v.shape)) if n else None
+
+    report = Report(op=name, dtype=a.dtype, n=n, max_ulp=float(err.max()) if n else 0.0,
+                    max_ulp_scaled=float(scaled.max()) if n else 0.0, max_abs=float(diff.max()) if n else 0.0,
+                    correctly_rounded=float(same.mean()) if n else 1.0, exact_zero=int((e == 0).sum()),
+                    uncertain=int(uncertain.sum()), worst_index=worst(scaled), worst_ulp_index=worst(err),
+                    actual=a64, exact=e, reference=r, ulp_error=err, scaled_error=scaled)
+    return report, xa, ax, kw
+
+
+def assert_close(actual, x, *, op="layer_norm", max_ulp=1.0, metric="scaled", gamma=None, beta=None, eps=DEFAULT,
+                 axis=DEFAULT, scale=None, **op_kwargs) -> Report:
+    """Raise ``AssertionError`` if any element's error in ``metric`` ("scaled" or "ulp")
+    exceeds ``max_ulp`` (:meth:`Report.exceeding`: ``max_ulp=0.5, metric="ulp"`` demands
+    every element correctly rounded); return the :class:`Report` otherwise.
+
+    The message names the worst element in that metric: its index, its input row, the exact,
+    correctly rounded and actual values, its errors, and how many of the n elements exceed.
+    Arguments as :func:`compare`.
+    """
+    report, xa, ax, kw = _compare(actual, x, op, gamma, beta, eps, axis, scale, op_kwargs)
+    over = report.exceeding(max_ulp, metric)
+    if not over.any():
+        return report
+    err = report.scaled_error if metric == "scaled" else report.ulp_error
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(over, err, -1.0))), err.shape))
+    if report.op == "group_norm":  # the (sample, group) slice the element was normalized with
+        width = xa.shape[1] // kw["num_groups"]
+        lo = idx[1] // width * width
+        where, row = f"x[{idx[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
+    else:
+        axes = _axes(-1 if ax is None else ax, xa.ndim)
+        where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(idx)) + "]"
+        row = xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
+
+    def show(v):
+        v = float(v)
+        return f"{v!r} ({v.hex()})"
+
+    rowtext = np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)
+    raise AssertionError(
+        f"{int(over.sum())} of {report.n} elements exceed {max_ulp} ulp ({metric} metric; {report.op}, "
+        f"{report.dtype})\nworst at index {idx}:\n"
+        f"  input row {where} = {rowtext}\n"
+        f"  exact             {show(report.exact[idx])}\n"
+        f"  correctly rounded {show(report.reference[idx])}\n"
+        f"  actual            {show(report.actual[idx])}\n"
+        f"  error             {report.ulp_error[idx]:.6g} ulp, {report.scaled_error[idx]:.6g} ulp scaled, "
+        f"abs {abs(report.actual[idx] - report.exact[idx]):.6g}")
+
+
+Family = namedtuple("Family", "x gamma beta", defaults=(None, None))
+Family.__doc__ = """One input family: rows ``x`` (rows, d) and, where the family needs them,
+``gamma`` and ``beta`` of shape (d,) (else None), all in the family's dtype."""
+
+
+def families(dtype, d, *, rows=64, seed=0) -> dict[str, Family]:
+    r"""Hard inputs for a kernel in ``dtype`` (float16, bfloat16, float32, float64): a dict of
+    :class:`Family`, x of shape (rows, d), deterministic for ``seed`` (each family its own
+    ``np.random.default_rng([seed, k])``). With p the format's significand bits:
+
+    * ``normal``: N(0,1) (:func:`lneps.survey.family_rows`);
+    * ``offset``: N(0,1) plus :math:`\pm 2^{p-4}` per row: the spacing there is 1/8, and
+      subtracting the mean cancels all but about the last 4 of each element's p bits;
+    * ``near_constant``: a N(0,10) constant c per row plus k ulp(c), k uniform in -3..3;
+    * ``constant``: one N(0,10) number per row (:func:`lneps.survey.family_rows`);
+    * ``wide_range``: :math:`\pm m 2^E`, m uniform in [1, 2), E uniform from the smallest
+      normal exponent to :math:`\lfloor (E_{max} - \lceil\log_2 d\rceil)/2\rfloor - 1`, so
+      that even :math:`\sum x_j^2` stays finite in the format;
+    * ``midpoint`` (even d only): each row half :math:`(k+1)c`, half :math:`(k-1)c`
+      (:math:`c = 2^{\lceil p/2\rceil - 5 + j}`, j in 0..2, k in -4..4), so u = ±1 exactly
+      with eps = 0; gamma in :math:`[1+2^{1-p}, 2-2^{1-p}]\,2^K` and beta :math:`=\pm 2^{K-p}`,
+      half a spacing: every exact output :math:`\pm\gamma + \beta` of layer norm is a
+      rounding midpoint of the format; with eps > 0 it lies within :math:`2^{11}\varepsilon`
+      half-spacings of one (0.02 for eps = 1e-5), on the side toward :math:`\beta`.
+    * ``cancelling_beta``: gamma uniform in [0.5, 2], each row :math:`2^s (z + o)` (row 0 is
+      z) for one N(0,1) row z, and beta = -gamma u(z) rounded (u with eps = 0): layer norm's
+      outputs nearly cancel, down to the rounding of x and beta and the term
+      :math:`\gamma u \varepsilon/(2\sigma^2)`. For ops with beta only.
+    """
+    dt = check_float_dtype(dtype)
+    if dt not in _FORMATS:
+        raise TypeError(f"dtype must be {_NAMES}; got {dt}")
+    d, rows = check_positive_int(d, "d"), check_positive_int(rows, "rows")
+    fi = ml_dtypes.finfo(dt)
+    p, emin, emax = int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1
+
+    def rng(k):
+        return np.random.default_rng([seed, k])
+
+    out = {"normal": Family(family_rows("N(0,1)", rng(0), rows, d, dt))}
+    g = rng(1)
+    sign = g.choice([-1.0, 1.0], size=(rows, 1))
+    out["offset"] = Family((family_rows("N(0,1)", g, rows, d, np.float64) + sign * 2.0 ** (p - 4)).astype(dt))
+    g = rng(2)
+    c = g.normal(0, 10, size=(rows, 1)).astype(dt).astype(np.float64)
+    out["near_constant"] = Family((c + g.integers(-3, 4, size=(rows, d)) * ulp(c, dt)).astype(dt))
+    out["constant"] = Family(family_rows("constant", rng(3), rows, d, dt))
+    g = rng(4)
+    top = max(emin, (emax - int(d - 1).bit_length()) // 2 - 1)
+    m = g.uniform(1, 2, size=(rows, d)) * g.choice([-1.0, 1.0], size=(rows, d))
+    out["wide_range"] = Family(np.ldexp(m, g.integers(emin, top + 1, size=(rows, d))).astype(dt))
+    if d % 2 == 0:
+        g = rng(5)
+        c = np.ldexp(1.0, -(-p // 2) - 5 + g.integers(0, 3, size=(rows, 1)))
+        k = g.integers(-4, 5, size=(rows, 1))
+        high = np.argsort(g.random((rows, d)), axis=1) < d // 2  # exactly half of each row
+        K = g.integers(-3, 4, size=d)
+        gamma = np.ldexp(1.0 + 2.0 ** (1 - p) * g.integers(1, 2 ** (p - 1), size=d), K)
+        beta = g.choice([-1.0, 1.0], size=d) * np.ldexp(1.0, K - p)
+        out["midpoint"] = Family(np.where(high, (k + 1) * c, (k - 1) * c).astype(dt), gamma.astype(dt),
+                                 beta.astype(dt))
+    g = rng(6)
+    z = g.normal(size=d).astype(dt).astype(np.float64)
+    v = z - z.mean()
+    sd = np.sqrt((v * v).mean())
+    u = v / sd if sd > 0 else v
+    gamma = g.uniform(0.5, 2.0, size=d).astype(dt)
+    shift = np.ldexp(1.0, g.integers(-2, 3, size=(rows, 1)))
+    o = g.normal(size=(rows, 1))
+    shift[0], o[0] = 1.0, 0.0
+    out["cancelling_beta"] = Family((shift * (z + o)).astype(dt), gamma, (-gamma.astype(np.float64) * u).astype(dt))
+    return out

@@ -1,0 +1,220 @@
+"""lneps as a package others install: `pip install lneps` gives the reference alone (NumPy and
+ml_dtypes), the book's needs are the extra `lneps[book]`, `lneps.__version__` is the installed
+version, and a non-editable install (a wheel) carries the data its modules read."""
+
+import ast
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import lneps
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+SRC = ROOT / "src" / "lneps"
+
+DEPENDENCIES = {"numpy", "ml_dtypes"}
+BOOK_ONLY = ("sympy", "matplotlib", "mpmath", "safetensors", "tokenizers", "threadpoolctl")
+
+# Run first by every subprocess below: the book's dependencies become unimportable (as in a venv
+# holding only numpy and ml_dtypes), and `imported()` lists the top-level modules, other than
+# the standard library's, imported since.
+BLOCK = textwrap.dedent(f"""
+    import sys
+    BLOCKED = {BOOK_ONLY!r}
+
+    class _Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ImportError(f"{{name}} is blocked: a book dependency, not lneps's")
+
+    sys.meta_path.insert(0, _Blocker())
+    _before = set(sys.modules)
+
+    def imported():
+        # (numpy's Cython extensions register cython_runtime, a module with no file: not a package)
+        new = {{m.partition(".")[0] for m in set(sys.modules) - _before}}
+        return sorted(m for m in new if m not in sys.stdlib_module_names and not m.startswith("_")
+                      and getattr(sys.modules.get(m), "__file__", None))
+    """)
+
+# The reference and lneps.testing, on bfloat16 rows: what an engineer adopting lneps runs.
+USE = textwrap.dedent("""
+    import ml_dtypes
+    import numpy as np
+    import lneps, lneps.testing
+
+    bf16 = ml_dtypes.bfloat16
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(bf16)
+    for f in (lneps.layer_norm, lneps.rms_norm):
+        y = f(x)
+        assert y.dtype == bf16 and y.shape == x.shape and np.isfinite(y.astype(np.float64)).all()
+    x4 = x.reshape(2, 8, 4, 8)
+    assert lneps.group_norm(x4, num_groups=4).dtype == bf16
+    assert lneps.batch_norm(x4).dtype == bf16
+    x64, dy = x.astype(np.float64), np.ones((8, 64))
+    assert lneps.layer_norm_backward(x64, dy).x.shape == x.shape
+    assert lneps.rms_norm_backward(x64, dy).x.shape == x.shape
+    report = lneps.testing.assert_close(lneps.layer_norm(x), x)
+    assert report.n == x.size, report
+    try:
+        lneps.testing.assert_close(lneps.layer_norm(x) * bf16(1.5), x)
+    except AssertionError:
+        pass
+    else:
+        raise SystemExit("assert_close passed a wrong layer norm")
+    """)
+
+
+def _run(code, **kw):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, **kw)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_reference_and_testing_need_only_numpy_and_ml_dtypes(tmp_path):
+    out = _run(BLOCK + USE + "print(imported())\n", cwd=tmp_path)
+    assert out.strip() == str(sorted(DEPENDENCIES | {"lneps"})), out
+
+
+def test_blocker_blocks():
+    # The check above means something: with the blocker, a book module cannot be imported.
+    code = BLOCK + textwrap.dedent("""
+        import lneps
+        for mod in ("symbolic", "figures"):
+            try:
+                getattr(lneps, mod)
+            except ImportError:
+                pass
+            else:
+                raise SystemExit(f"lneps.{mod} imported with its dependency blocked")
+        """)
+    _run(code)
+
+
+def test_version_is_the_installed_metadata_version():
+    assert isinstance(lneps.__version__, str) and re.fullmatch(r"\d+\.\d+\.\d+\S*", lneps.__version__)
+    assert lneps.__version__ == importlib.metadata.version("lneps")
+
+
+def test_version_is_written_once():
+    # pyproject.toml reads it from lneps.__version__ rather than repeating it.
+    assert "version" not in PYPROJECT["project"]
+    assert "version" in PYPROJECT["project"]["dynamic"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lneps.__version__"}
+
+
+def _name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+
+
+def test_dependencies_are_numpy_and_ml_dtypes_only():
+    deps = PYPROJECT["project"]["dependencies"]
+    assert sorted(_name(d) for d in deps) == sorted(DEPENDENCIES)
+
+
+def test_book_extra_has_the_book_dependencies():
+    book = {_name(d) for d in PYPROJECT["project"]["optional-dependencies"]["book"]}
+    assert book == set(BOOK_ONLY)
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "lneps"}
+
+
+def test_every_import_of_the_package_is_declared():
+    # Anything a module of src/lneps imports, at module level or inside a function, is a
+    # dependency or in the book extra; torch only ever for lneps.testing's torch tensors.
+    declared = DEPENDENCIES | set(BOOK_ONLY) | {"torch"}
+    undeclared = {p.name: sorted(_third_party_imports(p) - declared) for p in sorted(SRC.glob("*.py"))}
+    assert not {k: v for k, v in undeclared.items() if v}
+
+
+def _data_files() -> list[str]:
+    files = [p for p in (SRC / "data").rglob("*") if p.is_file() and p.suffix in (".json", ".toml")]
+    return sorted(str(p.relative_to(SRC.parent)).replace("\\", "/") for p in files)
+
+
+def test_data_lives_in_the_package():
+    files = _data_files()
+    for name in ("flax", "onnx_reference", "onnxruntime", "torch"):
+        assert f"lneps/data/frameworks/{name}.json" in files
+    assert "lneps/data/frameworks/incidents.toml" in files
+    assert "lneps/data/framework_defaults.toml" in files
+    assert lneps.frameworks.DATA_DIR == SRC / "data" / "frameworks"
+    assert lneps.incidents.INCIDENTS_FILE.parent == lneps.frameworks.DATA_DIR
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """A wheel of the project, built offline from a copy of its sources (so the build's
+    build/ and *.egg-info stay out of the checkout)."""
+    pytest.importorskip("setuptools", reason="building the wheel offline (--no-build-isolation) needs setuptools")
+    tmp = tmp_path_factory.mktemp("wheel")
+    proj = tmp / "project"
+    proj.mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", proj)
+    shutil.copytree(ROOT / "src", proj / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    dist = tmp / "dist"
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                          "--no-index", "--disable-pip-version-check", "-w", str(dist), str(proj)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (whl,) = dist.glob("lneps-*.whl")
+    return whl
+
+
+def test_wheel_carries_the_modules_and_the_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {f"lneps/{p.name}" for p in SRC.glob("*.py")}
+    assert modules <= names, sorted(modules - names)
+    assert set(_data_files()) <= names, sorted(set(_data_files()) - names)
+    assert not any(n.startswith(("book/", "tests/", "tools/")) for n in names)
+    assert wheel.name.startswith(f"lneps-{lneps.__version__}-")
+    meta = zipfile.ZipFile(wheel).read(f"lneps-{lneps.__version__}.dist-info/METADATA").decode()
+    required = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    assert sorted(r for r in required if "extra ==" not in r) == sorted(DEPENDENCIES)
+
+
+def test_installed_wheel_finds_its_data(wheel, tmp_path):
+    site = tmp_path / "site"
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                          "--disable-pip-version-check", "--target", str(site), str(wheel)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.perf_counter() - t0 < 60
+    # In tmp_path, with the installed copy first on the path (before the editable checkout) and
+    # the book's dependencies blocked.
+    code = BLOCK + USE + textwrap.dedent(f"""
+        from pathlib import Path
+        import lneps.frameworks, lneps.incidents, lneps.defaults
+
+        site = Path({str(site)!r}).resolve()
+        assert Path(lneps.__file__).resolve().is_relative_to(site), lneps.__file__
+        assert lneps.frameworks.DATA_DIR.resolve().is_relative_to(site), lneps.frameworks.DATA_DIR
+        assert lneps.frameworks.load("torch")["framework"] == "torch"
+        assert set(lneps.frameworks.load_all()) == set(lneps.frameworks.FRAMEWORKS)
+        assert lneps.incidents.load()
+        assert lneps.defaults.DEFAULTS
+        print(lneps.__version__)
+        """)
+    env = os.environ | {"PYTHONPATH": str(site)}
+    printed = _run(code, cwd=tmp_path, env=env)
+    assert printed.strip() == lneps.__version__
