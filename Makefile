@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 
 # What changes executed outputs without changing a notebook's code cells: the package and
 # the pins. Jupyter Book's cache keys on code cells only, so a change here clears _build.
-# The slider's script and style are inlined into chapter 1's output, so they count too.
-INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' | LC_ALL=C sort) book/_static/lneps-slider.* 2>/dev/null | sha256sum | cut -c1-16)
+# The slider's script and style are inlined into chapter 1's output, so they count too, and
+# so do the package's data files (the frameworks' measurements, the tables of defaults).
+INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' -o -name '*.json' -o -name '*.toml' | LC_ALL=C sort) book/_static/lneps-slider.* 2>/dev/null | sha256sum | cut -c1-16)
 # What changes pages without changing a notebook: styles, Sphinx extensions, configuration,
 # contents, bibliography. Sphinx copies _static and re-writes pages only for documents it
 # re-reads, so a change here rebuilds every page (--all; nothing is executed again).
@@ -26,8 +27,11 @@ BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 # The kernel inherits these: fixed hash seed (set ordering) and the venv's kernelspec first.
 export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
+# Where lneps.activations keeps the trained network's forward passes between runs (it computes
+# them afresh where this is unset); `make portable` gives each arithmetic profile its own.
+export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book test notebooks serve lab bench frameworks clean pdf
+.PHONY: book test notebooks serve lab bench frameworks clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -70,6 +74,17 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The stored outputs and the tests that compute numbers, under three arithmetic profiles of this
+# machine: native; numpy capped at AVX2 with OpenBLAS's Haswell kernels on one thread; numpy's
+# x86-64-v2 baseline with OpenBLAS's SSE kernels (tools/portable.py says what that proves).
+portable: $(STAMP)
+	$(BIN)/python tools/portable.py
+
+# nbval over book/ on arm64, under qemu-user emulation (root; about 20 minutes to set up the
+# first time, 15 to run); kept in .arm64/ between runs, and not part of CI.
+portable-arm64:
+	bash tools/portable_arm64.sh
+
 # The whole book as one PDF (tools/make_pdf.py): singlehtml from the executed notebooks of
 # `make book`, printed by Chromium after MathJax; also copied next to the HTML, where the
 # download button links to it.
@@ -104,7 +119,7 @@ bench: $(STAMP)
 
 # The optional extra (requirements-frameworks.txt: torch 2.13.0 CPU, JAX/Flax, ONNX, ONNX Runtime),
 # installed into .venv with the book's pins as constraints, then measured: chapter 7's data in
-# book/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
+# src/lneps/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
 # (any nvidia-* package) means a pin went wrong: stop rather than measure with it.
 FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
 $(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt

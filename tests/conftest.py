@@ -55,6 +55,12 @@ def pytest_collection_modifyitems(session, config, items):
     if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     late = [item for item in items if _uses_build(item)]
+    if os.environ.get("LNEPS_PORTABLE_PROFILE"):
+        # `make portable` reruns what computes numbers under other arithmetic (tools/portable.py);
+        # the tests of the rendered book (its build, pages, PDF) are not about arithmetic.
+        config.hook.pytest_deselected(items=late)
+        items[:] = [item for item in items if item not in late]
+        late = []
     # The network's activations are computed once, by the build's notebook, into its cache in
     # _build: the tests that read them run after the other tests and nbval, when that cache
     # is there (computing them here too, while the build runs, cost 10 s on 2 cores).

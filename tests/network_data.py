@@ -1,6 +1,6 @@
 """The measured all-MiniLM-L6-v2 data the network tests share, loaded once per session.
 
-The activations the book stored in _build/lneps-cache (under the key of this model file, these
+The activations the book stored in $LNEPS_CACHE_DIR, else _build/lneps-cache (under the key of this model file, these
 sentences and this package's code) are read back if they are there; otherwise, or if a
 concurrent `make book` removes them while they are read, they are computed here (about 3 s on
 a quiet machine) and not written. Either way the tests recompute every quoted number from them
@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -42,7 +44,7 @@ def model():
     return minilm.load()
 
 
-CACHE = BOOK.parent / "_build" / "lneps-cache"
+CACHE = Path(os.environ.get("LNEPS_CACHE_DIR") or BOOK.parent / "_build" / "lneps-cache")
 
 
 @functools.cache

@@ -190,6 +190,8 @@ def test_accuracy_survey_values(g, survey):
     assert g["zeros_f16"] == P.combine(s16, "lneps default").zeros > 0
     assert g["naive16_zeros_missed"] == P.combine(s16, "naive float16").zeros_missed > 0
     assert g["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.FAMILIES)
+    # the oracle settles exactly only the exact zeros, whose sign a float64 estimate cannot tell
+    assert g["settled_exactly"] == g["zeros_f16"] + g["zeros_bf16"] and g["settled_are_zeros"] is True
 
 
 def test_the_default_is_correctly_rounded_by_an_elementwise_exact_check():

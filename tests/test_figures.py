@@ -24,7 +24,7 @@ def test_a_figure_is_stamped_with_its_width_and_smallest_text():
     assert float(image.info["lneps:min-text-px"]) == pytest.approx(figures.MIN_TEXT_PT * 100 / 72, abs=0.01)
     assert png._repr_png_()[1] == {"width": 560}  # the height follows the width on a phone
     assert (png.css_width, png.css_height) == (560, 300)
-    assert repr(png) == "<figure 560 x 300 px, smallest text 15.3 px>"
+    assert repr(png).splitlines()[0] == "<figure 560 x 300 px, smallest text 15.3 px>"
 
 
 def test_small_text_is_refused():
@@ -59,3 +59,37 @@ def test_a_figure_without_text_is_refused():
     ax.set_axis_off()
     with pytest.raises(ValueError, match="no text"):
         figures.png(fig)
+
+
+def _figure(y, label="x"):
+    fig, ax = figures.subplots(400, 300)
+    ax.plot([1.0, 2.0, 3.0], y, label="a line")
+    ax.bar([1, 2], [0.5, 0.25])
+    ax.set_xlabel(label)
+    ax.set_ylabel("value")
+    return fig
+
+
+def test_describe_says_what_the_figure_shows():
+    text = figures.describe(_figure([1.0, 2.0, 4.0]))
+    lines = text.splitlines()
+    assert lines[0] == "figure 400 x 300 px"
+    texts = lines[1].removeprefix("text: ").split(" | ")
+    assert lines[1].startswith("text: ") and {"x", "value", "0.5", "3.0"} <= set(texts)
+    assert "Line2D 'a line': 6 numbers in 1..4, digest" in text
+    assert text.count("Rectangle: 10 numbers") == 2 and "Spine" not in text
+
+
+def test_describe_ignores_the_last_bits_and_sees_a_visible_change():
+    base = figures.describe(_figure([1.0, 2.0, 4.0]))
+    # a change at the 12th digit (another CPU's exp or BLAS) does not change what is shown
+    assert figures.describe(_figure([1.0, 2.0 * (1 + 1e-12), 4.0])) == base
+    assert figures.describe(_figure([1.0, 2.001, 4.0])) != base  # a visible change does
+    assert figures.describe(_figure([1.0, 2.0, 4.0], label="y")) != base  # and so does a label
+
+
+def test_the_png_text_form_is_the_description():
+    fig = _figure([1.0, 2.0, 4.0])
+    png = figures.png(fig)
+    assert repr(png).splitlines()[1:] == png.description.splitlines()
+    assert png.description == figures.describe(fig)

@@ -54,3 +54,22 @@ def test_every_notebook_is_in_the_book():
     listed = set(_toc_files(toc.get("chapters", []) + toc.get("parts", [])))
     on_disk = {str(p.relative_to(ROOT).with_suffix("")) for p in NOTEBOOKS}
     assert on_disk <= listed, f"notebooks missing from _toc.yml: {sorted(on_disk - listed)}"
+
+
+def test_the_sanitizer_hides_no_number():
+    # nbval may ignore memory addresses and uuids, never a digit a reader sees.
+    import configparser
+    import json
+    import re
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "tests" / "sanitize.cfg")
+    numbers = ["1.6e-11", "~1.6e-07", "0.4999908440888703", "10260.77892672735", "3.0 × 10⁻⁴", "57"]
+    for name in cfg.sections():
+        pattern = re.compile(cfg[name]["regex"])
+        assert not any(pattern.search(n) for n in numbers), name
+        for path in sorted((ROOT / "book").glob("*.ipynb")):
+            for cell in json.loads(path.read_text())["cells"]:
+                for out in cell.get("outputs", []):
+                    text = "".join(out.get("text", "")) + json.dumps(out.get("data", {}))
+                    assert not pattern.search(text), (name, path.name)

@@ -9,11 +9,13 @@ backward gain :math:`1/\sqrt{q+\varepsilon}`.
 
 :func:`measure` runs all-MiniLM-L6-v2 (:mod:`lneps.minilm`) on a list of sentences: once in
 float32 on every sentence, keeping the 13 LayerNorm inputs, and then, on every
-``subset_step``-th sentence, with other ε and in float16 / bfloat16. The results are
-deterministic functions of the model file, the sentences and this package's code, so they
-are cached on disk under a key made of the three (the model file's SHA-256 first, as its
-installer recorded it: :func:`lneps.minilm.model_sha256`): a second run reads them back
-instead of recomputing them.
+``subset_step``-th sentence, with other ε and in float16 / bfloat16. The forward passes use
+the defined arithmetic of :mod:`lneps.minilm`, so the results are functions of the model file,
+the sentences and this package's code alone, the same bits on every machine; they are cached on
+disk under a key made of the three (the model file's SHA-256 first, as its installer recorded
+it: :func:`lneps.minilm.model_sha256`), in the folder ``$LNEPS_CACHE_DIR`` names (the book's
+Makefile sets it to ``_build/lneps-cache``): a second run reads them back instead of
+recomputing them.
 """
 
 from __future__ import annotations
@@ -162,10 +164,10 @@ def _key(model_sha: str, sentences, subset_step: int) -> str:
 def _one_blas_thread():
     """A context in which BLAS uses one thread (threadpoolctl), or a no-op without it.
 
-    The book executes two notebooks at a time on two cores; a second OpenBLAS thread per
+    The book executes several notebooks at a time on two cores; a second OpenBLAS thread per
     kernel then mostly spins, and on a busy machine it made these forward passes 3 to 8 times
-    slower (measured: 3 s with one thread, 18 to 24 s with two). One thread gives bit-for-bit
-    the same products: OpenBLAS splits a product by rows and columns, never along its sums."""
+    slower. The thread count changes only the speed: the defined arithmetic's results do not
+    depend on how BLAS orders its sums."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -211,11 +213,16 @@ def _write(folder: Path, arrays: dict, meta: dict) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # another run got there first, or no space
 
 
-def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 10, write: bool = True) -> Measurements:
+_FROM_ENV = "$LNEPS_CACHE_DIR"
+
+
+def measure(sentences, *, model=None, cache_dir=_FROM_ENV, subset_step: int = 10,
+            write: bool = True) -> Measurements:
     """Measure all-MiniLM-L6-v2 on ``sentences`` (see the module docstring).
 
     ``model``: a loaded :class:`lneps.minilm.MiniLM` (default: :func:`lneps.minilm.load`).
-    ``cache_dir``: a folder for the cache (None: no cache). A cache that cannot be written is
+    ``cache_dir``: a folder for the cache (default: ``$LNEPS_CACHE_DIR``; None, or that
+    variable unset or empty: no cache). A cache that cannot be written is
     skipped silently: the results are the same, only slower next time. ``write=False`` reads
     the cache but never adds to it.
     """
@@ -227,6 +234,8 @@ def measure(sentences, *, model=None, cache_dir=None, subset_step: int = 10, wri
     if not sentences:
         raise ValueError("sentences is empty")
     subset_step = check_positive_int(subset_step, "subset_step")
+    if cache_dir is _FROM_ENV:
+        cache_dir = os.environ.get("LNEPS_CACHE_DIR") or None
     folder = minilm.model_directory(None if model is None else model.directory)
     sha = minilm.model_sha256(folder)
     target = None if cache_dir is None else Path(cache_dir) / f"minilm-{_key(sha, sentences, subset_step)}"

