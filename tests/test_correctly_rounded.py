@@ -162,3 +162,15 @@ def test_bad_input_is_named():
                   bias=np.ones(3, np.float32))
     with pytest.raises(ValueError, match="2\\*\\*995"):
         cr.dot(np.array([1e300]), np.array([1.0]))
+
+
+def test_results_below_float32s_range_are_rounded_from_the_exact_sum():
+    # products that underflow in float32 (not in float64): 2**-75 * 2**-75 = 2**-150 is half the
+    # smallest float32 subnormal, 2**-105 * 2**-105 = 2**-210 is lost in a float64 sum with it,
+    # so the float64 product sits on the midpoint and only the exact sum decides: 2**-149
+    b = np.full((2, 1), np.float32(2.0 ** -75))
+    b[1, 0] = np.float32(2.0 ** -105)
+    up = cr.matmul(np.array([[2.0 ** -75, 2.0 ** -105]], np.float32), b, np.float32)[0, 0]
+    assert up == round_to(Fraction(2) ** -150 + Fraction(2) ** -210, np.float32) == np.float32(2.0 ** -149)
+    down = cr.matmul(np.array([[2.0 ** -75, -(2.0 ** -105)]], np.float32), b, np.float32)[0, 0]
+    assert down == 0 and math.copysign(1, down) == 1  # just below the midpoint: +0

@@ -19,7 +19,7 @@ The few elements where they do not are settled exactly:
   not, with :math:`\gamma_n = nu/(1-nu)` and :math:`u = 2^{-53}`; the factor 2 covers the
   rounding of the bound itself, a float32 product of the absolute values (non-negative terms,
   so within a relative :math:`k\,2^{-24} \le 1/256` of the exact one for the
-  :math:`k \le 2^{16}` accepted).
+  :math:`k \le 2^{16}` accepted, plus :math:`k\,2^{-148}` added for float32's underflow).
 * :func:`exp` and :func:`gelu`: mpmath at increasing precision (Ziv's strategy) until the
   interval it returns rounds to one number. Their float64 bounds assume an ``exp`` within
   32 ulp and an ``erfc`` within a relative :math:`2^{-40}`, far looser than any libm or SIMD
@@ -96,7 +96,8 @@ def _exact_dot_rounded(a_row: np.ndarray, b_col: np.ndarray, bias: float, dt: np
     terms.append(bias)
     r = math.fsum(terms)
     if r == 0.0:
-        # fsum is exact here: the exact sum is 0, whose IEEE sign is +0
+        # every term is a multiple of 2**-298, so a nonzero exact sum is far above float64's
+        # underflow: r == 0 means the exact sum is 0, whose IEEE sign is +0
         return 0.0
     return to_format(np.array([_side(r, math.fsum(terms + [-r]))]), dt)[0]
 
@@ -122,9 +123,11 @@ def matmul(a, b, dtype, bias=None) -> np.ndarray:
     approx = np.matmul(a64, b64)
     approx += c64
     gamma = (k + 1) * U / (1 - (k + 1) * U)
-    # sum |a_i b_i| in float32, half the cost of float64 (module docstring)
-    absolute = np.matmul(np.abs(np.asarray(a, np.float32)), np.abs(np.asarray(b, np.float32)))
-    err = 2 * gamma * (absolute + np.abs(c64)) + TINY
+    # sum |a_i b_i| in float32, half the cost of float64 (module docstring); each of its 2k
+    # roundings may also lose up to 2**-150 where float32 underflows
+    with np.errstate(under="ignore", over="ignore"):
+        absolute = np.matmul(np.abs(np.asarray(a, np.float32)), np.abs(np.asarray(b, np.float32)))
+    err = 2 * gamma * (absolute + k * 2.0 ** -148 + np.abs(c64)) + TINY
     out, undecided = _round_interval(approx - err, approx + err, dt)
     if undecided.any():
         a_b, b_b = np.broadcast_arrays(a64[..., :, None, :], np.swapaxes(b64, -1, -2)[..., None, :, :])
