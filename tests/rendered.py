@@ -85,9 +85,14 @@ def toc_pages(toc_path: Path = ROOT / "_toc.yml") -> list[Page]:
     return pages
 
 
+REFERENCE = "book/api"
+"""The API reference: docstrings, which name parameters such as ``seed``, and signatures."""
+
+
 def reader_pages() -> list[Page]:
-    """The pages the voice and code-share rules apply to: all but the appendix."""
-    return [p for p in toc_pages() if p.file != APPENDIX]
+    """The pages the voice and code-share rules apply to: all but the appendix and the API
+    reference."""
+    return [p for p in toc_pages() if p.file not in (APPENDIX, REFERENCE)]
 
 
 def article(html_text: str):

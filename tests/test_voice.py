@@ -8,7 +8,7 @@ meets. Each forbidden word is matched as a whole word, with its plurals (tests/r
 
 import pytest
 
-from rendered import APPENDIX, FORBIDDEN, built_article, forbidden_words, reader_pages, rendered_text, toc_pages
+from rendered import APPENDIX, FORBIDDEN, REFERENCE, built_article, forbidden_words, reader_pages, rendered_text, toc_pages
 
 PAGES = reader_pages()
 
@@ -24,6 +24,7 @@ def test_no_word_about_the_machinery(built_book, page):
 def test_the_appendix_is_in_the_book_and_exempt():
     assert APPENDIX in {p.file for p in toc_pages()}
     assert APPENDIX not in {p.file for p in PAGES}
+    assert REFERENCE in {p.file for p in toc_pages()} and REFERENCE not in {p.file for p in PAGES}
 
 
 @pytest.mark.parametrize("text, word", [

@@ -6,12 +6,14 @@ import and the tests check against closed forms, an exact oracle and the sources
 ``layer_norm``, ``rms_norm``, ``group_norm`` and ``batch_norm`` (correctly rounded by default:
 :mod:`lneps.norms`), their backward passes, the Jacobian and the softmax are importable
 from ``lneps`` directly. Everything else is a submodule, loaded on first use so that
-``import lneps`` stays light: the SymPy derivations (``symbolic``, ``symbolic_backward``), the
-kernel and its exact oracle (``kernel``, ``dd``, ``rounding``, ``oracle``), finite precision
+``import lneps`` stays light: grading a kernel against them (``testing``), the SymPy
+derivations (``symbolic``, ``symbolic_backward``), the kernel and its exact oracle (``kernel``
+with ``kernel_dd``, ``kernel_triple``, ``kernel_exact``, ``kernel_settle``; ``dd``,
+``rounding``, ``oracle``), finite precision
 (``precision``, with ``formats``, ``rounded``, ``ulp``, ``survey``), the response family
 (``response``), defaults and epsilon swaps (``defaults``, ``eps_swap``), the frameworks'
 measurements and incidents (``frameworks``, ``incidents``), the trained network (``minilm``,
-``activations``), and the book's figures, tables and slider (``figures``, ``report``,
+``activations``, in the defined arithmetic of ``correctly_rounded``), and the book's figures, tables and slider (``figures``, ``report``,
 ``slider``).
 
 ``import lneps`` and ``import lneps.testing`` need only NumPy and ml_dtypes (``pip install
@@ -34,7 +36,7 @@ from .softmax import __all__ as _softmax_all
 _SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
                "survey", "oracle", "kernel", "dd", "rounding", "report", "slider", "frameworks",
                "incidents", "eps_swap", "figures",
-               "symbolic_backward", "minilm", "activations", "testing")
+               "symbolic_backward", "minilm", "activations", "testing", "correctly_rounded")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
            *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]

@@ -113,7 +113,7 @@ def layer_norm_backward(x, grad, gamma=None, *, eps=1e-5, axis=-1, compute_dtype
     ``x``: the forward input; ``grad``: :math:`\partial L/\partial y`, same shape; ``gamma``:
     a scalar or d gains (default 1). Same checks and conventions as :func:`lneps.layer_norm`
     (integer input gives float64; the outputs have the input's dtype). Returns
-    :class:`LayerNormGrads` ``(x, gamma, beta)``: :math:`\partial L/\partial z` shaped like x,
+    :class:`~lneps.backward.LayerNormGrads` ``(x, gamma, beta)``: :math:`\partial L/\partial z` shaped like x,
     and the two parameter gradients of shape (d,), summed over all rows.
 
     Precision: module docstring. With ``compute_dtype`` every operation is rounded to it;
@@ -146,7 +146,7 @@ def rms_norm_backward(x, grad, gamma=None, *, eps=None, axis=-1, compute_dtype=N
     ``eps=None`` follows ``torch.nn.RMSNorm``, as :func:`lneps.rms_norm` does
     (:func:`lneps.rms_norm_default_eps` of x's dtype).
     Same checks, dtypes and ``compute_dtype`` as :func:`layer_norm_backward`. Returns
-    :class:`RMSNormGrads` ``(x, gamma)``.
+    :class:`~lneps.backward.RMSNormGrads` ``(x, gamma)``.
     """
     eps = rms_norm_default_eps(as_float_array(x)[0].dtype) if eps is None else eps
     arr, g, gam, eps, axis, out_dtype, dt, _ = _inputs(x, grad, gamma, eps, axis, compute_dtype, None)

@@ -109,7 +109,7 @@ def layer_norm_rounded(x, *, eps, dtype, method: str = "two-pass", axis: int = -
     r"""Layer norm :math:`(x-\mu)/\sqrt{\sigma^2+\varepsilon}` with every operation in ``dtype``.
 
     :math:`\mu` and the biased variance :math:`\sigma^2` (divisor d, the row length) come
-    from :func:`mean_and_variance` with ``method`` (default ``"two-pass"``). No gain or bias:
+    from ``mean_and_variance`` with ``method`` (default ``"two-pass"``). No gain or bias:
     :math:`\gamma` and :math:`\beta` are applied by the caller (:func:`lneps.layer_norm`).
     ``x`` must be real. Epsilon is stored in ``dtype`` first, as a naive low-precision
     implementation does: in float16, 1e-12 becomes 0 and a constant row gives 0/0 = NaN.

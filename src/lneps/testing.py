@@ -1,4 +1,4 @@
-r"""Testing a normalization kernel against lneps, shaped like :mod:`numpy.testing`.
+r"""Testing a normalization kernel against lneps, shaped like ``numpy.testing``.
 
 :func:`compare` measures a kernel's output ``actual`` for input ``x`` (and ``gamma``, ``beta``,
 ``eps``) against lneps, :func:`assert_close` fails a test with the worst element spelled out,
@@ -20,8 +20,8 @@ bfloat16, float32 or float64; p significand bits):
   the real value does not; ``Report.uncertain`` counts the elements where e is a midpoint.
 * ulp: the format's spacing at :math:`|e|`, :math:`2^{E-p+1}` for :math:`2^E \le |e| <
   2^{E+1}`, never below the smallest subnormal (:func:`lneps.ulp.ulp`); an exact 0 has the
-  smallest subnormal as its ulp. ``ulp`` error :math:`|a-e|/\operatorname{ulp}(e)`;
-  ``scaled`` error :math:`|a-e|/\operatorname{ulp}(\max(|e|, s))` with s = ``scale``
+  smallest subnormal as its ulp. ``ulp`` error: :math:`|a-e|` in ulp of :math:`e`;
+  ``scaled`` error: :math:`|a-e|` in ulp of :math:`\max(|e|, s)`, with s = ``scale``
   (broadcast against ``actual``), else :math:`|\gamma|` where the op applies it, else 1: an
   error relative to the size of :math:`\gamma u` rather than of a result that cancelled.
 * equal to r: equal as numbers (+0 and -0 alike, everything else bitwise) or both NaN. Where a
@@ -303,11 +303,11 @@ def families(dtype, d, *, rows=64, seed=0) -> dict[str, Family]:
     :class:`Family`, x of shape (rows, d), deterministic for ``seed`` (each family its own
     ``np.random.default_rng([seed, k])``). With p the format's significand bits:
 
-    * ``normal``: N(0,1) (:func:`lneps.survey.family_rows`);
+    * ``normal``: N(0,1) (``lneps.survey.family_rows``);
     * ``offset``: N(0,1) plus :math:`\pm 2^{p-4}` per row: the spacing there is 1/8, and
       subtracting the mean cancels all but about the last 4 of each element's p bits;
     * ``near_constant``: a N(0,10) constant c per row plus k ulp(c), k uniform in -3..3;
-    * ``constant``: one N(0,10) number per row (:func:`lneps.survey.family_rows`);
+    * ``constant``: one N(0,10) number per row (``lneps.survey.family_rows``);
     * ``wide_range``: :math:`\pm m 2^E`, m uniform in [1, 2), E uniform from the smallest
       normal exponent to :math:`\lfloor (E_{max} - \lceil\log_2 d\rceil)/2\rfloor - 1`, so
       that even :math:`\sum x_j^2` stays finite in the format;
