@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # make portable-arm64: the stored notebook outputs checked by nbval on arm64 (numpy's NEON/SVE
-# paths, OpenBLAS's arm64 kernels, an aarch64 matplotlib), under qemu-user emulation on an
-# x86-64 Debian or Ubuntu machine, as root. Slow (an install of about 20 minutes the first time,
-# about 15 minutes of nbval), so it is not part of CI.
+# paths, OpenBLAS's arm64 NEON kernels, an aarch64 libm and matplotlib), under qemu-user
+# emulation on an x86-64 Debian or Ubuntu machine, as root. Slow (an install of 5 to 20 minutes
+# the first time, then about 15 minutes of nbval), so it is not part of CI.
+#
+# OpenBLAS runs its NeoverseN1 kernels (NEON, as on Graviton2, Ampere Altra or Apple silicon):
+# under qemu the kernels it picks by default, armv9 SME, are emulated about 16 times slower
+# (two 512 x 384 x 384 float64 products: 15 s against 0.9 s), too slow for the network's
+# forward passes. LNEPS_ARM64_OPENBLAS chooses another.
 #
 # Kept between runs in .arm64/ (git-ignored): a Debian bookworm arm64 root and, inside it, a
 # venv with the book's pins, reinstalled when requirements*.txt change. bookworm's Python is
@@ -45,7 +50,8 @@ want=$(cat requirements.txt requirements-model.txt | sha256sum | cut -c1-16)
 run() {
     chroot "$ROOT" env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 PYTHONHASHSEED=0 \
         PIP_CERT=/etc/ssl/certs/host-ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/host-ca-certificates.crt \
-        PIP_DEFAULT_TIMEOUT=180 bash -euo pipefail -c "$1"
+        PIP_DEFAULT_TIMEOUT=180 OPENBLAS_CORETYPE="${LNEPS_ARM64_OPENBLAS:-NEOVERSEN1}" \
+        bash -euo pipefail -c "$1"
 }
 if [ "$(cat "$ROOT/opt/venv/.pins" 2>/dev/null)" != "$want" ]; then
     echo "portable-arm64: venv with the book's pins (about 20 minutes under emulation)"
@@ -60,5 +66,6 @@ run "/opt/venv/bin/pip install --quiet --disable-pip-version-check --no-deps --n
 run "cd /lneps && /opt/venv/bin/python -c 'import platform, numpy; print(platform.machine(), numpy.__version__); numpy.show_runtime()'"
 # The notebooks' kernel is this venv's; no cache of the network's forward passes: computed here.
 start=$(date +%s)
-run "cd /lneps && JUPYTER_PATH=/opt/venv/share/jupyter /opt/venv/bin/python -m pytest book -q -p no:cacheprovider"
+# A cell may take several minutes under emulation (the network's forward passes).
+run "cd /lneps && JUPYTER_PATH=/opt/venv/share/jupyter /opt/venv/bin/python -m pytest book -q -p no:cacheprovider --nbval-cell-timeout=3600"
 echo "portable-arm64: nbval over book/ passed on arm64 in $(( $(date +%s) - start )) s"
