@@ -41,10 +41,11 @@ from fractions import Fraction
 import numpy as np
 
 from ._checks import check_float_dtype
+from .dd import split
 from .oracle import format_of, round_rational
 from .rounding import to_format
 
-__all__ = ["FORMATS", "matmul", "exp", "gelu", "fsum", "dot", "norm"]
+__all__ = ["FORMATS", "matmul", "exp", "gelu", "gelu_float64", "fsum", "dot", "norm"]
 
 U = 2.0 ** -53
 TINY = 2.0 ** -1000  # absolute slack: above float64's underflow, far below any format's subnormals
@@ -202,7 +203,8 @@ def exp(x, dtype) -> np.ndarray:
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
-def _gelu64(x64):
+def gelu_float64(x64):
+    """GELU of a float64 array in float64 (``math.erfc``), within a relative 2^-40."""
     return x64 * _erfc(x64 * -math.sqrt(0.5)).astype(np.float64) * 0.5
 
 
@@ -216,19 +218,11 @@ def gelu(x, dtype) -> np.ndarray:
     r"""GELU, :math:`x\,\Phi(x) = \tfrac x2 \operatorname{erfc}(-x/\sqrt2)` (the exact one,
     BERT's ``"gelu"``), for a float16, bfloat16 or float32 array ``x``, correctly rounded to
     ``dtype``. GELU(0) is +0; GELU(-inf) is -0, its limit."""
-    out = _elementwise(x, _format(dtype), _gelu64, GELU_REL, _gelu_exact, positive=False,
+    out = _elementwise(x, _format(dtype), gelu_float64, GELU_REL, _gelu_exact, positive=False,
                        limits=(-0.0, np.inf))
     with np.errstate(invalid="ignore"):
         out[_narrow(x, "x") == 0] = 0  # exact zeros: +0 whatever x's sign
     return out
-
-
-def _split(a: np.ndarray):
-    # Veltkamp: a = hi + lo exactly, each with at most 26 significand bits, so hi*hi, hi*lo and
-    # lo*lo are exact in float64 (no overflow for |a| < 2**995).
-    c = a * 134217729.0  # 2**27 + 1
-    hi = c - (c - a)
-    return hi, a - hi
 
 
 def fsum(x, axis: int = -1) -> np.ndarray:
@@ -246,8 +240,8 @@ def dot(a, b, axis: int = -1) -> np.ndarray:
     a64, b64 = np.moveaxis(a64, axis, -1), np.moveaxis(b64, axis, -1)
     if np.abs(a64).max(initial=0) >= 2.0 ** 995 or np.abs(b64).max(initial=0) >= 2.0 ** 995:
         raise ValueError("dot: entries of 2**995 or more would overflow the exact products")
-    ah, al = _split(a64)
-    bh, bl = _split(b64)
+    ah, al = split(a64)  # Veltkamp: halves of at most 26 bits, so their products are exact
+    bh, bl = split(b64)
     return fsum(np.concatenate([ah * bh, ah * bl, al * bh, al * bl], axis=-1))
 
 

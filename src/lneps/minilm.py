@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -328,7 +327,7 @@ class _Float64:
         return p @ V
 
     def gelu(self, a):
-        return a * _erfc(a * -np.sqrt(0.5)).astype(np.float64) * 0.5
+        return cr.gelu_float64(a)
 
     def layer_norm(self, x, gamma, beta, eps):
         return layer_norm(x, gamma, beta, eps=eps)
@@ -340,8 +339,6 @@ class _Float64:
         pooled = np.add.reduceat(h, offsets[:-1], axis=0)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
-
-_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _arithmetic(dtype, layer_norms: str, memo: dict):
