@@ -27,7 +27,7 @@ BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 # The kernel inherits these: fixed hash seed (set ordering) and the venv's kernelspec first.
 export PYTHONHASHSEED := 0
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
-# Where lneps.activations keeps the trained network's forward passes between runs (it computes
+# Where lneps.book.activations keeps the trained network's forward passes between runs (it computes
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
@@ -119,7 +119,7 @@ bench: $(STAMP)
 
 # The optional extra (requirements-frameworks.txt: torch 2.13.0 CPU, JAX/Flax, ONNX, ONNX Runtime),
 # installed into .venv with the book's pins as constraints, then measured: chapter 7's data in
-# src/lneps/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
+# src/lneps/book/data/frameworks/*.json, compared with the stored measurement on the way. A CUDA wheel
 # (any nvidia-* package) means a pin went wrong: stop rather than measure with it.
 FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
 $(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt

@@ -4,7 +4,7 @@ import nbval.plugin
 
 # A glued figure is stored twice: as PNG bytes (application/papermill.record/image/png), which
 # differ between CPUs (anti-aliasing arithmetic, x86 against arm64), and as text, which
-# lneps.figures.describe fills with what the figure shows: its texts and the numbers it plots.
+# lneps.book.figures.describe fills with what the figure shows: its texts and the numbers it plots.
 # nbval already skips a plain image/png; it skips the glued PNG too and compares the text.
 _nbval_init = nbval.plugin.IPyNbFile.__init__
 

@@ -14,7 +14,7 @@ the kernels import the copy's lneps, not the tree's editable install. The figure
 - warm rebuild; rebuild after editing one markdown cell (and one code cell) of one notebook,
   with the notebooks the build executed read off its log;
 - `make test` wall time with the venv present (no _build, as in CI; then with _build);
-- lneps.symbolic.check_jacobian(d), d = 4 ... 64, each call in a fresh interpreter;
+- lneps.book.symbolic.check_jacobian(d), d = 4 ... 64, each call in a fresh interpreter;
 - lneps.layer_norm's correctly rounded default against plain float64 NumPy on 4096 x 4096
   (bench/kernel.py): median ratios per input format, fallback rate and extra memory.
 
@@ -264,7 +264,7 @@ def setup_time(env: dict) -> dict:
 def time_check_jacobian(work: Path, env: dict) -> dict:
     code = (
         "import json, sys, time\n"
-        "import lneps.symbolic as s\n"
+        "import lneps.book.symbolic as s\n"
         "f = getattr(s, 'check_jacobian', None)\n"
         "if f is None: print(json.dumps({'missing': True})); sys.exit()\n"
         "t = time.perf_counter(); r = f(int(sys.argv[1])); t = time.perf_counter() - t\n"
@@ -283,7 +283,7 @@ def time_check_jacobian(work: Path, env: dict) -> dict:
 
         first = once(0)
         if first.get("missing"):
-            return {str(d): "n/a (lneps.symbolic.check_jacobian does not exist yet)" for d in DIMS}
+            return {str(d): "n/a (lneps.book.symbolic.check_jacobian does not exist yet)" for d in DIMS}
         if "error" in first:
             results[str(d)] = {"error": first["error"]}
             break  # larger d would fail (or time out) too

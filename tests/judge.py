@@ -1,6 +1,6 @@
 """An independent judge of correctly rounded layer and RMS normalization.
 
-It shares no code with lneps (not the kernel, not lneps.oracle, not lneps.rounding): every
+It shares no code with lneps (not the kernel, not lneps.oracle, not lneps.kernel.rounding): every
 input is taken as the exact rational number it stores (``fractions.Fraction``), the exact
 result
 

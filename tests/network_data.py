@@ -39,7 +39,7 @@ def reference() -> dict:
 
 @functools.cache
 def model():
-    from lneps import minilm
+    from lneps.book import minilm
 
     return minilm.load()
 
@@ -49,7 +49,7 @@ CACHE = Path(os.environ.get("LNEPS_CACHE_DIR") or BOOK.parent / "_build" / "lnep
 
 @functools.cache
 def measurements():
-    from lneps import activations
+    from lneps.book import activations
 
     try:
         stored = activations.measure(sentences(), model=model(), cache_dir=CACHE, write=False)

@@ -1,17 +1,17 @@
-"""lneps.activations: the per-site statistics against independent computations, the naive
+"""lneps.book.activations: the per-site statistics against independent computations, the naive
 float16 sum against a pairwise float16 sum written out here, and the cache."""
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 import pytest
 
-from lneps import activations as A
+from lneps.book import activations as A
 from network_data import measurements, model, sentences
 
 
 def pairwise_f16(values):
     """Pairwise sum of float16 numbers, every addition rounded to float16 (zero-padded to a
-    power of two, like lneps.precision.rounded_sum), one row at a time."""
+    power of two, like lneps.book.precision.rounded_sum), one row at a time."""
     vals = [np.float16(v) for v in values]
     width = 1
     while width < len(vals):
@@ -109,7 +109,7 @@ def test_measure_checks_its_arguments():
 def test_the_forward_pass_does_not_depend_on_the_blas_thread_count():
     # Guaranteed by the defined arithmetic (every matrix product the exact sum rounded once),
     # whatever order the threads add in; a plain float32 BLAS product would not be.
-    from lneps import minilm
+    from lneps.book import minilm
 
     m = model()
     ids = minilm.encode(m, sentences()[:3])

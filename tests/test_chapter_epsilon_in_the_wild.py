@@ -1,7 +1,7 @@
 """The chapter "Epsilon in the wild" (the stability note's table of defaults): every quoted
 number recomputed here.
 
-The tables the chapter shows must be exactly the ones lneps.defaults generates; each number
+The tables the chapter shows must be exactly the ones lneps.book.defaults generates; each number
 glued into the prose is recomputed with lneps (or from its closed form) and compared.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import defaults, eps_swap
+from lneps.book import defaults, eps_swap
 from notebooks import glued, read, stream_text
 from test_defaults import EXPECTED_VERDICTS, bib_entries
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import precision as P
-from lneps import defaults
-from lneps.report import fmt_vec
+from lneps.book import precision as P
+from lneps.book import defaults
+from lneps.book.report import fmt_vec
 from notebooks import glued, read, stream_text
 
 NB = "finite_precision.ipynb"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import symbolic as sym
+from lneps.book import symbolic as sym
 from notebooks import glued, read, stream_text
 
 NB = "jacobian_lipschitz.ipynb"

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from lneps import response as resp
+from lneps.book import response as resp
 from notebooks import glued, read
 
 NB = "response_figure.ipynb"

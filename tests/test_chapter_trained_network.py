@@ -1,5 +1,5 @@
 """The trained-network chapter: every quoted number recomputed from the activations (measured
-afresh here) with code independent of lneps.activations."""
+afresh here) with code independent of lneps.book.activations."""
 
 import numpy as np
 import pytest

@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 import lneps
-from lneps import symbolic as sym
+from lneps.book import symbolic as sym
 from notebooks import glued, read, stream_text
 
 NB = "what_epsilon_does.ipynb"

@@ -1,11 +1,11 @@
-"""lneps.dd: the error-free transformations are exact (checked in rationals), and the pairwise
+"""lneps.kernel.dd: the error-free transformations are exact (checked in rationals), and the pairwise
 double-double sum stays within the bound it reports."""
 
 from fractions import Fraction
 
 import numpy as np
 
-from lneps import dd
+from lneps.kernel import dd
 
 
 def fr(a):

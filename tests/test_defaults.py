@@ -1,4 +1,4 @@
-"""lneps.defaults against the verified facts (shared/reference/epsilon-facts.md) and the
+"""lneps.book.defaults against the verified facts (shared/reference/epsilon-facts.md) and the
 stability note's table of defaults ("Numerical Stability in Normalization - The Epsilon
 Problem", /work/shared/seeds/004_*.txt).
 
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lneps import defaults
-from lneps.defaults import by_key
+from lneps.book import defaults
+from lneps.book.defaults import by_key
 from notebooks import ROOT
 
 # key -> (layer, parameter, library default, kind, released values in the facts file)
@@ -239,20 +239,20 @@ def test_verdict_tolerance_is_relative_1e12_as_documented():
 
 # --- the data files and their loaders ----------------------------------------------------
 
-DATA = ROOT / "src" / "lneps" / "data"
+DATA = ROOT / "src" / "lneps" / "book" / "data"
 
 
 def test_the_tables_are_read_from_the_packages_data_files():
     from importlib import resources
 
-    files = resources.files("lneps") / "data"
+    files = resources.files("lneps.book") / "data"
     assert (files / "framework_defaults.toml").is_file()
     assert (files / "stability_note_table.toml").is_file()
     assert defaults.load_defaults() == defaults.DEFAULTS
     assert defaults.load_defaults(DATA / "framework_defaults.toml") == defaults.DEFAULTS
     assert defaults.load_note_table() == (defaults.NOTE_TITLE, defaults.NOTE_TABLE)
     # pyproject.toml installs them with the package (not only the editable checkout).
-    assert 'lneps = ["data/*.toml"]' in (ROOT / "pyproject.toml").read_text()
+    assert '"lneps.book" = ["data/*.toml"]' in (ROOT / "pyproject.toml").read_text()
 
 
 def _broken(tmp_path, name: str, old: str, new: str):

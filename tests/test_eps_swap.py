@@ -1,4 +1,4 @@
-"""lneps.eps_swap: what swapping epsilon does to a row, measured against its closed form.
+"""lneps.book.eps_swap: what swapping epsilon does to a row, measured against its closed form.
 
 The measured change comes from two runs of the package's layer_norm / rms_norm; the closed form
 |sqrt((q + a) / (q + b)) - 1| is written out here independently, and q is NumPy's own variance
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lneps import defaults, eps_swap
+from lneps.book import defaults, eps_swap
 
 
 def test_defaults_reexports_the_same_functions():

@@ -1,4 +1,4 @@
-"""lneps.figures: figures drawn at the size they are shown, with their text size recorded."""
+"""lneps.book.figures: figures drawn at the size they are shown, with their text size recorded."""
 
 import io
 
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from lneps import figures  # noqa: E402
+from lneps.book import figures  # noqa: E402
 
 
 def test_a_figure_is_stamped_with_its_width_and_smallest_text():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lneps import frameworks as FW
+from lneps.book import frameworks as FW
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARE_TOL = 0.02

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lneps
-from lneps import kernel, kernel_dd, kernel_settle, kernel_triple, oracle
+from lneps import kernel, oracle
+from lneps.kernel import double_double as kernel_dd, settle as kernel_settle, triple as kernel_triple
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]

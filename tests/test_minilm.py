@@ -1,4 +1,4 @@
-"""lneps.minilm: the NumPy all-MiniLM-L6-v2 against the model's own pipeline (PyTorch, stored in
+"""lneps.book.minilm: the NumPy all-MiniLM-L6-v2 against the model's own pipeline (PyTorch, stored in
 book/data/minilm_reference.json by tools/make_minilm_fixture.py), its 13 LayerNorms, offline
 loading and clear errors."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import minilm
+from lneps.book import minilm
 from network_data import measurements, model, reference, sentences, unpack
 
 
@@ -102,7 +102,7 @@ def test_a_missing_model_file_gets_a_clear_error(tmp_path):
 
 def test_loading_works_offline_and_never_imports_a_hub_client():
     code = (
-        "import sys, lneps.minilm as M; m = M.load(); ids = M.encode(m, ['Offline.']);"
+        "import sys, lneps.book.minilm as M; m = M.load(); ids = M.encode(m, ['Offline.']);"
         "M.forward(m, ids); print(len(m.layer_norms), 'huggingface_hub' in sys.modules)"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9",
@@ -120,13 +120,13 @@ def test_environment_variable_points_at_another_folder(tmp_path, monkeypatch):
 
 def test_every_layer_norm_goes_through_lneps_layer_norm(monkeypatch):
     calls = []
-    real = lneps.minilm.layer_norm
+    real = lneps.book.minilm.layer_norm
 
     def spy(x, *args, **kwargs):
         calls.append(x.shape)
         return real(x, *args, **kwargs)
 
-    monkeypatch.setattr(lneps.minilm, "layer_norm", spy)
+    monkeypatch.setattr(lneps.book.minilm, "layer_norm", spy)
     m = model()
     minilm.forward(m, minilm.encode(m, ["One.", "Two words."]))
     assert len(calls) == 13

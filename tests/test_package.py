@@ -93,11 +93,11 @@ def test_blocker_blocks():
         import lneps
         for mod in ("symbolic", "figures"):
             try:
-                getattr(lneps, mod)
+                getattr(lneps.book, mod)
             except ImportError:
                 pass
             else:
-                raise SystemExit(f"lneps.{mod} imported with its dependency blocked")
+                raise SystemExit(f"lneps.book.{mod} imported with its dependency blocked")
         """)
     _run(code)
 
@@ -142,23 +142,38 @@ def test_every_import_of_the_package_is_declared():
     # Anything a module of src/lneps imports, at module level or inside a function, is a
     # dependency or in the book extra; torch only ever for lneps.testing's torch tensors.
     declared = DEPENDENCIES | set(BOOK_ONLY) | {"torch"}
-    undeclared = {p.name: sorted(_third_party_imports(p) - declared) for p in sorted(SRC.glob("*.py"))}
+    undeclared = {str(p.relative_to(SRC)): sorted(_third_party_imports(p) - declared) for p in sorted(SRC.rglob("*.py"))}
     assert not {k: v for k, v in undeclared.items() if v}
 
 
+def test_the_reference_never_needs_the_book():
+    # The layout is the architecture: outside lneps/book/ (the reference, the kernel, the
+    # oracle) nothing imports a book dependency or lneps.book, so `pip install lneps` is enough.
+    reference = [p for p in sorted(SRC.rglob("*.py")) if "book" not in p.relative_to(SRC).parts]
+    assert len(reference) > 10
+    for p in reference:
+        assert _third_party_imports(p) <= DEPENDENCIES | {"torch"}, p
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = ("." * node.level) + (node.module or "")
+                names = {a.name for a in node.names}
+                assert "book" not in target.split(".") and not (target.strip(".") in ("", "lneps") and "book" in names), (p, target)
+
+
 def _data_files() -> list[str]:
-    files = [p for p in (SRC / "data").rglob("*") if p.is_file() and p.suffix in (".json", ".toml")]
+    files = [p for p in (SRC / "book" / "data").rglob("*") if p.is_file() and p.suffix in (".json", ".toml")]
     return sorted(str(p.relative_to(SRC.parent)).replace("\\", "/") for p in files)
 
 
 def test_data_lives_in_the_package():
     files = _data_files()
     for name in ("flax", "onnx_reference", "onnxruntime", "torch"):
-        assert f"lneps/data/frameworks/{name}.json" in files
-    assert "lneps/data/frameworks/incidents.toml" in files
-    assert "lneps/data/framework_defaults.toml" in files
-    assert lneps.frameworks.DATA_DIR == SRC / "data" / "frameworks"
-    assert lneps.incidents.INCIDENTS_FILE.parent == lneps.frameworks.DATA_DIR
+        assert f"lneps/book/data/frameworks/{name}.json" in files
+    assert "lneps/book/data/frameworks/incidents.toml" in files
+    assert "lneps/book/data/framework_defaults.toml" in files
+    assert lneps.book.frameworks.DATA_DIR == SRC / "book" / "data" / "frameworks"
+    assert lneps.book.incidents.INCIDENTS_FILE.parent == lneps.book.frameworks.DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +197,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_carries_the_modules_and_the_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    modules = {f"lneps/{p.name}" for p in SRC.glob("*.py")}
+    modules = {f"lneps/{p.relative_to(SRC).as_posix()}" for p in SRC.rglob("*.py")}
     assert modules <= names, sorted(modules - names)
     assert set(_data_files()) <= names, sorted(set(_data_files()) - names)
     assert not any(n.startswith(("book/", "tests/", "tools/")) for n in names)
@@ -204,15 +219,15 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
     # the book's dependencies blocked.
     code = BLOCK + USE + textwrap.dedent(f"""
         from pathlib import Path
-        import lneps.frameworks, lneps.incidents, lneps.defaults
+        import lneps.book.frameworks, lneps.book.incidents, lneps.book.defaults
 
         site = Path({str(site)!r}).resolve()
         assert Path(lneps.__file__).resolve().is_relative_to(site), lneps.__file__
-        assert lneps.frameworks.DATA_DIR.resolve().is_relative_to(site), lneps.frameworks.DATA_DIR
-        assert lneps.frameworks.load("torch")["framework"] == "torch"
-        assert set(lneps.frameworks.load_all()) == set(lneps.frameworks.FRAMEWORKS)
-        assert lneps.incidents.load()
-        assert lneps.defaults.DEFAULTS
+        assert lneps.book.frameworks.DATA_DIR.resolve().is_relative_to(site), lneps.book.frameworks.DATA_DIR
+        assert lneps.book.frameworks.load("torch")["framework"] == "torch"
+        assert set(lneps.book.frameworks.load_all()) == set(lneps.book.frameworks.FRAMEWORKS)
+        assert lneps.book.incidents.load()
+        assert lneps.book.defaults.DEFAULTS
         print(lneps.__version__)
         """)
     env = os.environ | {"PYTHONPATH": str(site)}

@@ -1,4 +1,4 @@
-"""lneps.response: the (-t, 0, t) family derived by SymPy, computed by lneps, and drawn.
+"""lneps.book.response: the (-t, 0, t) family derived by SymPy, computed by lneps, and drawn.
 
 The SymPy results are compared with the article's closed forms by proving the difference is
 0; the numeric functions and the data of the plotted lines are compared with those closed
@@ -16,8 +16,8 @@ from matplotlib.testing.compare import compare_images
 from PIL import Image
 
 import lneps
-from lneps import figures
-from lneps import response as resp
+from lneps.book import figures
+from lneps.book import response as resp
 from notebooks import BOOK
 
 t, eps = resp.T, resp.EPSILON
@@ -97,9 +97,9 @@ def test_core_velocity_at_zero_attains_the_lipschitz_bound():
 
 
 def test_the_family_is_built_by_the_shared_definition():
-    # The chapter's derivations start from lneps.symbolic.definition, not a second copy of the
+    # The chapter's derivations start from lneps.book.symbolic.definition, not a second copy of the
     # formulas: its core on (-t, 0, t) is exactly the family core used here.
-    from lneps.symbolic import definition
+    from lneps.book.symbolic import definition
 
     ln = definition(3, eps=eps, z=(-t, 0, t))
     assert tuple(resp.family_core()) == tuple(ln.u)
@@ -215,7 +215,7 @@ def _lines(fig, prefix):
 def test_figure_layout_and_size(fig):
     assert len(fig.axes) == 2
     assert "unit gains and zero biases" in resp.TITLE and "$(-t, 0, t)$" in resp.TITLE
-    # Drawn at the size the page shows it, narrow enough for a phone (lneps.figures).
+    # Drawn at the size the page shows it, narrow enough for a phone (lneps.book.figures).
     assert tuple(fig.get_size_inches()) == resp.FIGSIZE == (5.6, 6.4)
     assert resp.WIDTH_PX <= figures.MAX_WIDTH
     assert figures.smallest_text_pt(fig) >= figures.MIN_TEXT_PT

@@ -1,4 +1,4 @@
-"""lneps.rounding: to_format is round to nearest, ties to even, from float64 (checked against
+"""lneps.kernel.rounding: to_format is round to nearest, ties to even, from float64 (checked against
 the oracle's first-principles rounding), and near_boundary never clears an interval that holds
 a rounding boundary."""
 
@@ -8,8 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lneps import dd, oracle
-from lneps.rounding import decide_float64, near_boundary, round_pair, to_format
+from lneps import oracle
+from lneps.kernel import dd
+from lneps.kernel.rounding import decide_float64, near_boundary, round_pair, to_format
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]

@@ -1,4 +1,4 @@
-"""The "Try it" slider's data and markup (lneps.slider), without a browser.
+"""The "Try it" slider's data and markup (lneps.book.slider), without a browser.
 
 tests/test_browser.py drives the rendered slider in Chromium; these tests pin what it embeds:
 the grid, every normalized value (against lneps.layer_norm), and deterministic markup.
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lneps
-from lneps.slider import BASE_TOKEN, TokenSlider, grid_axis, nice_axis, slider_values, token_slider
+from lneps.book.slider import BASE_TOKEN, TokenSlider, grid_axis, nice_axis, slider_values, token_slider
 from notebooks import glued, read
 
 NB = "layer_norm_by_hand.ipynb"
@@ -184,7 +184,7 @@ def test_nice_axis_refuses_what_is_not_a_size():
 
 
 def test_the_script_and_style_come_from_book_static(slider):
-    from lneps.slider import STATIC
+    from lneps.book.slider import STATIC
 
     html = slider.html()
     js = (STATIC / "lneps-slider.js").read_text().strip()

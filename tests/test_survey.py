@@ -1,11 +1,12 @@
-"""lneps.survey: the stress families and worst-error surveys, and the tables that print them."""
+"""lneps.book.survey: the stress families and worst-error surveys, and the tables that print them."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import lneps
-from lneps import report, survey, ulp
+from lneps import ulp
+from lneps.book import report, survey
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 

@@ -1,11 +1,11 @@
-"""lneps.symbolic: the SymPy results themselves, compared with the seed's closed forms."""
+"""lneps.book.symbolic: the SymPy results themselves, compared with the seed's closed forms."""
 
 import numpy as np
 import pytest
 import sympy as sp
 
 import lneps
-from lneps import symbolic as sym
+from lneps.book import symbolic as sym
 
 EPS, Q = sym.EPS, sym.Q
 A = sp.Symbol("a", positive=True)

@@ -1,11 +1,11 @@
-"""lneps.symbolic_backward: SymPy's derivatives of the backward pass against the closed forms,
+"""lneps.book.symbolic_backward: SymPy's derivatives of the backward pass against the closed forms,
 and wrong formulas rejected."""
 
 import pytest
 import sympy as sp
 
-from lneps import symbolic_backward as sb
-from lneps.symbolic import EPS, Q
+from lneps.book import symbolic_backward as sb
+from lneps.book.symbolic import EPS, Q
 
 
 def test_vjp_coefficients_in_invariants():

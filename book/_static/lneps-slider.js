@@ -1,4 +1,4 @@
-// Chapter 1's "Try it" slider (lneps.slider inlines this file into the notebook's output).
+// Chapter 1's "Try it" slider (lneps.book.slider inlines this file into the notebook's output).
 // It looks values up and draws bars; it normalizes nothing: every normalized value was
 // computed by lneps.layer_norm and is embedded in the block as JSON.
 (function () {

@@ -1,25 +1,25 @@
 """lneps: the layer-normalization epsilon, computed.
 
-The package behind the book: short, pure NumPy functions, each one formula, that the notebooks
-import and the tests check against closed forms, an exact oracle and the sources' numbers.
+The package has three parts, each a folder:
 
-``layer_norm``, ``rms_norm``, ``group_norm`` and ``batch_norm`` (correctly rounded by default:
-:mod:`lneps.norms`), their backward passes, the Jacobian and the softmax are importable
-from ``lneps`` directly. Everything else is a submodule, loaded on first use so that
-``import lneps`` stays light: grading a kernel against them (``testing``), the SymPy
-derivations (``symbolic``, ``symbolic_backward``), the kernel and its exact oracle (``kernel``
-with ``kernel_dd``, ``kernel_triple``, ``kernel_exact``, ``kernel_settle``; ``dd``,
-``rounding``, ``oracle``), finite precision
-(``precision``, with ``formats``, ``rounded``, ``ulp``, ``survey``), the response family
-(``response``), defaults and epsilon swaps (``defaults``, ``eps_swap``), the frameworks'
-measurements and incidents (``frameworks``, ``incidents``), the trained network (``minilm``,
-``activations``, in the defined arithmetic of ``correctly_rounded``), and the book's figures, tables and slider (``figures``, ``report``,
-``slider``).
+* **the reference** (this folder): ``layer_norm``, ``rms_norm``, ``group_norm`` and
+  ``batch_norm``, correctly rounded by default (:mod:`lneps.norms`); their backward passes
+  (:mod:`lneps.backward`), the Jacobian (:mod:`lneps.jacobian`) and the softmax, all importable
+  from ``lneps`` directly; grading a kernel against them (:mod:`lneps.testing`, with
+  :mod:`lneps.ulp`); the naive arithmetic rounded to a format (:mod:`lneps.rounded`, with
+  :mod:`lneps.formats`);
+* **the kernel** that computes the correctly rounded results (:mod:`lneps.kernel`: a float64
+  tier, double-double and triple precision, exact ties; error-free transforms in
+  :mod:`lneps.kernel.dd`, rounding from first principles in :mod:`lneps.kernel.rounding`),
+  and **the exact oracle** that checks it in rational arithmetic (:mod:`lneps.oracle`);
+* **the book's studies** (:mod:`lneps.book`): the SymPy derivations, surveys, the frameworks'
+  measurements, the trained network, the figures and the slider.
 
 ``import lneps`` and ``import lneps.testing`` need only NumPy and ml_dtypes (``pip install
-lneps``); the book's modules also need SymPy, Matplotlib, mpmath, safetensors, tokenizers and
-threadpoolctl (``pip install "lneps[book]"``). ``__version__`` is the package's version, read
-from here by ``pyproject.toml``.
+lneps``) and never load the book; :mod:`lneps.book` also needs SymPy,
+Matplotlib, mpmath, safetensors, tokenizers and threadpoolctl (``pip install "lneps[book]"``).
+Submodules are loaded on first use (``lneps.testing``, ``lneps.book.survey``).
+``__version__`` is the package's version, read from here by ``pyproject.toml``.
 """
 
 import importlib
@@ -33,10 +33,8 @@ from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_defaul
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("symbolic", "response", "defaults", "precision", "formats", "rounded", "ulp",
-               "survey", "oracle", "kernel", "dd", "rounding", "report", "slider", "frameworks",
-               "incidents", "eps_swap", "figures",
-               "symbolic_backward", "minilm", "activations", "testing", "correctly_rounded")
+_SUBMODULES = ("testing", "norms", "backward", "jacobian", "softmax", "rounded", "formats", "ulp",
+               "kernel", "oracle", "book")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
            *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]

@@ -15,7 +15,7 @@ Layer norm (PyTorch's convention, biased variance): per row z of d numbers,
 and the sensitivity to ε itself is :math:`\partial u/\partial\varepsilon = -v/(2(q+\varepsilon)^{3/2})`.
 RMS norm: :math:`r = (\operatorname{mean}(z^2)+\varepsilon)^{-1/2}`, :math:`n = r z`,
 :math:`y = \gamma\odot n`, and :math:`\partial L/\partial z = r(\hat g - n\operatorname{mean}(\hat g\odot n))`,
-:math:`\partial L/\partial\gamma = \sum g\odot n`. ``lneps.symbolic_backward`` derives all of
+:math:`\partial L/\partial\gamma = \sum g\odot n`. ``lneps.book.symbolic_backward`` derives all of
 them with SymPy.
 
 Precision. By default everything is computed in float64 (at least) and rounded once to the

@@ -10,7 +10,7 @@ For one token :math:`z \in \mathbb R^d` (PyTorch's convention, biased variance),
 
 a symmetric matrix with eigenvalues 0 (along :math:`\mathbf 1`),
 :math:`\varepsilon/(q+\varepsilon)^{3/2}` (along v) and :math:`(q+\varepsilon)^{-1/2}` (the
-rest). ``lneps.symbolic.check_jacobian`` proves the formula; this module evaluates it.
+rest). ``lneps.book.symbolic.check_jacobian`` proves the formula; this module evaluates it.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ import numpy as np
 from . import norms
 from ._checks import as_float_array, check_float_dtype, check_positive_int, check_real
 from .oracle import round_float64
-from .survey import family_rows
 from .ulp import ulp
 
 __all__ = ["OPS", "DEFAULT", "Report", "compare", "assert_close", "Family", "families"]
@@ -303,11 +302,11 @@ def families(dtype, d, *, rows=64, seed=0) -> dict[str, Family]:
     :class:`Family`, x of shape (rows, d), deterministic for ``seed`` (each family its own
     ``np.random.default_rng([seed, k])``). With p the format's significand bits:
 
-    * ``normal``: N(0,1) (``lneps.survey.family_rows``);
+    * ``normal``: N(0,1) (the book's family of that name);
     * ``offset``: N(0,1) plus :math:`\pm 2^{p-4}` per row: the spacing there is 1/8, and
       subtracting the mean cancels all but about the last 4 of each element's p bits;
     * ``near_constant``: a N(0,10) constant c per row plus k ulp(c), k uniform in -3..3;
-    * ``constant``: one N(0,10) number per row (``lneps.survey.family_rows``);
+    * ``constant``: one N(0,10) number per row (the book's family of that name);
     * ``wide_range``: :math:`\pm m 2^E`, m uniform in [1, 2), E uniform from the smallest
       normal exponent to :math:`\lfloor (E_{max} - \lceil\log_2 d\rceil)/2\rfloor - 1`, so
       that even :math:`\sum x_j^2` stays finite in the format;
@@ -332,14 +331,14 @@ def families(dtype, d, *, rows=64, seed=0) -> dict[str, Family]:
     def rng(k):
         return np.random.default_rng([seed, k])
 
-    out = {"normal": Family(family_rows("N(0,1)", rng(0), rows, d, dt))}
+    out = {"normal": Family(rng(0).normal(0.0, 1.0, size=(rows, d)).astype(dt))}
     g = rng(1)
     sign = g.choice([-1.0, 1.0], size=(rows, 1))
-    out["offset"] = Family((family_rows("N(0,1)", g, rows, d, np.float64) + sign * 2.0 ** (p - 4)).astype(dt))
+    out["offset"] = Family((g.normal(0.0, 1.0, size=(rows, d)) + sign * 2.0 ** (p - 4)).astype(dt))
     g = rng(2)
     c = g.normal(0, 10, size=(rows, 1)).astype(dt).astype(np.float64)
     out["near_constant"] = Family((c + g.integers(-3, 4, size=(rows, d)) * ulp(c, dt)).astype(dt))
-    out["constant"] = Family(family_rows("constant", rng(3), rows, d, dt))
+    out["constant"] = Family(np.repeat(rng(3).normal(0.0, 10.0, size=(rows, 1)), d, axis=1).astype(dt))
     g = rng(4)
     top = max(emin, (emax - int(d - 1).bit_length()) // 2 - 1)
     m = g.uniform(1, 2, size=(rows, d)) * g.choice([-1.0, 1.0], size=(rows, d))

@@ -1,5 +1,5 @@
 """Real reports about the layer-normalization epsilon: the table behind chapter 7's
-"Incidents, recomputed" (``src/lneps/data/frameworks/incidents.toml``, package data).
+"Incidents, recomputed" (``src/lneps/book/data/frameworks/incidents.toml``, package data).
 
 Each incident names its thread (``thread``, ``url``, the ``references.bib`` key ``cite``), what
 was reported, what the chapter recomputes, and the numbers copied from the thread

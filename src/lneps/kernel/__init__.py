@@ -17,16 +17,16 @@ A. float64 (16- and 32-bit input). A float16, bfloat16 or float32 row is a set o
    :math:`\gamma_n` (n the chunk's length), and the estimate :math:`\hat y` is within
    :math:`E|\gamma_i t_i/\sqrt s|` (plus the rounding of the sum with beta) with
    :math:`E = ((n+5)/2 + 6)\,u`. An element is final when no rounding boundary of the output
-   format, and not 0, lies within that bound (:func:`lneps.rounding.near_boundary`).
+   format, and not 0, lies within that bound (:func:`lneps.kernel.rounding.near_boundary`).
 B. double-double (float64 input, rows tier A cannot prove, and the elements tier A leaves
-   undecided): :mod:`lneps.kernel_dd`, every quantity to about :math:`2^{-100}` relative with
+   undecided): :mod:`lneps.kernel.double_double`, every quantity to about :math:`2^{-100}` relative with
    a bound carried along; the same boundary test decides. A float64 result it cannot decide
    (a bias cancelling :math:`\gamma u` to its last bits, an element at its row's mean) is
-   tried in triple precision (:mod:`lneps.kernel_triple`).
-C. exact (:mod:`lneps.kernel_exact`). An element still undecided lies on or within a hair of
+   tried in triple precision (:mod:`lneps.kernel.triple`).
+C. exact (:mod:`lneps.kernel.exact`). An element still undecided lies on or within a hair of
    a boundary: exact ties and exact cancellation, recognized and rounded exactly with
    error-free float64 operations, vectorized; what remains (rare) by rational arithmetic.
-   :mod:`lneps.kernel_settle` gathers the undecided elements of all blocks and takes them
+   :mod:`lneps.kernel.settle` gathers the undecided elements of all blocks and takes them
    through these tiers.
 
 So the result is the output format's nearest number to the exact value, ties to even, for
@@ -46,10 +46,10 @@ from fractions import Fraction
 import numpy as np
 
 from . import dd
-from .kernel_dd import DDRows, extreme, finish_rows, inference
-from .kernel_exact import exact_affine, exact_root
-from .kernel_settle import Settler
-from .oracle import format_of, round_quotient
+from .double_double import DDRows, extreme, finish_rows, inference
+from .exact import exact_affine, exact_root
+from .settle import Settler
+from ..oracle import format_of, round_quotient
 from .rounding import FAST_FORMATS, near_boundary, to_format
 
 __all__ = ["normalize", "normalize_with", "BLOCK_ELEMENTS"]
@@ -375,7 +375,7 @@ def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=N
     ``mean`` and ``var`` are float64 arrays of shape ``(rows, 1)`` (one statistic per row);
     ``gamma``, ``beta`` broadcast to ``x2d``. Returns ``(y, rstd)``, rstd correctly rounded up
     to one float64 ulp. :math:`x - m` and :math:`v + \varepsilon` are exact double-doubles; the
-    quotient is decided as in tier B (:func:`lneps.kernel_dd.inference`), exact ties and
+    quotient is decided as in tier B (:func:`lneps.kernel.double_double.inference`), exact ties and
     cancellation as in the exact tier, the rest by rational arithmetic. Signed zeros as in
     :func:`normalize`.
     """

@@ -1,5 +1,5 @@
 r"""What the frameworks compute: the inputs they are measured on, the error summary, and the
-loaders of the measurements stored in ``src/lneps/data/frameworks/`` (installed with the package:
+loaders of the measurements stored in ``src/lneps/book/data/frameworks/`` (installed with the package:
 :data:`DATA_DIR`).
 
 This module never imports a framework. ``tools/measure_frameworks.py`` runs PyTorch, Flax,
@@ -13,7 +13,7 @@ Error summary
     exactly 0 (an element equal to its row's mean, a constant row) are counted apart
     (``zero_ref``, ``zero_ref_wrong``, ``worst_abs_at_zero``): at 0 an ulp is the smallest
     subnormal and any nonzero answer would be "1e37 ulp" off. ``worst_ulp`` is the largest
-    :func:`lneps.precision.ulp_error` over the other elements, ``inf`` when an output is NaN or
+    :func:`lneps.book.precision.ulp_error` over the other elements, ``inf`` when an output is NaN or
     infinite there. ``worst_abs`` is the largest absolute error over finite outputs.
 
 JSON has no NaN or infinity, so :func:`dump` writes them as the strings ``"nan"``, ``"inf"``
@@ -30,7 +30,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ._checks import check_float_dtype
+from .._checks import check_float_dtype
 from .precision import FAMILIES, family_rows, ulp_error
 
 __all__ = [
@@ -103,7 +103,7 @@ def hand_row(name: str, d: int) -> np.ndarray:
 def measurement_rows(dtype: str, d: int) -> dict[str, np.ndarray]:
     """The inputs of one (dtype, d): ``{family: rows}``, stored in ``dtype``.
 
-    Each stress family of :data:`lneps.precision.FAMILIES` gets ``ELEMENTS // d`` rows (at
+    Each stress family of :data:`lneps.book.precision.FAMILIES` gets ``ELEMENTS // d`` rows (at
     least 1), drawn from a generator seeded by (SEED, family, d), so every dtype sees the same
     draws rounded to its format; each hand-made row gets one row, under ``"hand: <name>"``.
     """

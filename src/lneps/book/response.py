@@ -32,8 +32,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from . import figures
-from ._checks import as_float_array, check_eps, check_real
-from .norms import layer_norm
+from .._checks import as_float_array, check_eps, check_real
+from ..norms import layer_norm
 from .symbolic import definition
 
 __all__ = [
@@ -78,7 +78,7 @@ def family_statistics() -> tuple[sp.Expr, tuple[sp.Expr, ...], sp.Expr]:
 
     :math:`\mu = \frac13\sum_i z_i`, :math:`v = z - \mu\mathbf 1`,
     :math:`q = \frac13\sum_i v_i^2` (biased: divisor d = 3), built by
-    :func:`lneps.symbolic.definition` from the three entries.
+    :func:`lneps.book.symbolic.definition` from the three entries.
     """
     ln = definition(3, eps=EPSILON, z=(-T, 0, T))
     return ln.mu, ln.v, ln.q
@@ -236,7 +236,7 @@ N_POINTS = 2001
 _MAX_POINTS = 1_000_001
 FIGURE_NAME = "layer-normalization-epsilon-response.png"
 #: The size the page shows the figure, in CSS px: the two panels stacked, narrow enough that a
-#: phone shows its text at 9 px or more (:mod:`lneps.figures`).
+#: phone shows its text at 9 px or more (:mod:`lneps.book.figures`).
 WIDTH_PX, HEIGHT_PX = 560, 640
 FIGSIZE = (WIDTH_PX / figures.CSS_PX_PER_INCH, HEIGHT_PX / figures.CSS_PX_PER_INCH)
 #: The article's title for the figure, which the book's caption quotes.
@@ -253,7 +253,7 @@ def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_P
     r"""The two-panel figure: :math:`h_\varepsilon(t)` (top) and :math:`h'_\varepsilon(t)`
     (bottom, log scale) for each ``eps_values``, dashed lines at :math:`\pm\sqrt{3/2}`;
     :data:`WIDTH_PX` x :data:`HEIGHT_PX` CSS px in the book's figure style
-    (:data:`lneps.figures.STYLE`). Its title is the book's caption, :data:`TITLE`.
+    (:data:`lneps.book.figures.STYLE`). Its title is the book's caption, :data:`TITLE`.
 
     Each data line carries ``gid`` ``"response eps=<eps>"`` or ``"sensitivity eps=<eps>"``, so
     tests can find it; each value of epsilon has its own colour and line style. A bare
@@ -314,7 +314,7 @@ def _style():
 def save_response_figure(path, fig: Figure | None = None) -> Path:
     """Write ``fig`` (default :func:`response_figure`) as PNG to ``path``; return the path.
 
-    The PNG is :func:`lneps.figures.png`'s: twice the design resolution, stamped with the
+    The PNG is :func:`lneps.book.figures.png`'s: twice the design resolution, stamped with the
     design width and the smallest text size, and no metadata that changes between runs or
     versions, so regenerating gives the same file on the same machine.
     """

@@ -7,13 +7,13 @@ For one LayerNorm input ("site") the rows are tokens :math:`x \in \mathbb R^d`; 
 :math:`\sum_i v_i^2` (exact, and as a naive float16 layer computes it), and the largest
 backward gain :math:`1/\sqrt{q+\varepsilon}`.
 
-:func:`measure` runs all-MiniLM-L6-v2 (:mod:`lneps.minilm`) on a list of sentences: once in
+:func:`measure` runs all-MiniLM-L6-v2 (:mod:`lneps.book.minilm`) on a list of sentences: once in
 float32 on every sentence, keeping the 13 LayerNorm inputs, and then, on every
 ``subset_step``-th sentence, with other ε and in float16 / bfloat16. The forward passes use
-the defined arithmetic of :mod:`lneps.minilm`, so the results are functions of the model file,
+the defined arithmetic of :mod:`lneps.book.minilm`, so the results are functions of the model file,
 the sentences and this package's code alone, the same bits on every machine; they are cached on
 disk under a key made of the three (the model file's SHA-256 first, as its installer recorded
-it: :func:`lneps.minilm.model_sha256`), in the folder ``$LNEPS_CACHE_DIR`` names (the book's
+it: :func:`lneps.book.minilm.model_sha256`), in the folder ``$LNEPS_CACHE_DIR`` names (the book's
 Makefile sets it to ``_build/lneps-cache``): a second run reads them back instead of
 recomputing them.
 """
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_eps, check_positive_int
-from .rounded import rounded_sum
+from .._checks import check_eps, check_positive_int
+from ..rounded import rounded_sum
 
 __all__ = [
     "F16_MAX",
@@ -70,7 +70,7 @@ def float16_sum_of_squares(x) -> np.ndarray:
     r"""Per row, :math:`\sum_i (x_i - \mu)^2` as a naive float16 layer norm computes it: the row
     rounded to float16, :math:`\mu` its pairwise float16 sum divided by d (rounded), the
     differences, squares and their pairwise sum all rounded to float16
-    (:func:`lneps.precision.rounded_sum`). ``inf`` where the sum overflows 65504."""
+    (:func:`lneps.book.precision.rounded_sum`). ``inf`` where the sum overflows 65504."""
     x16 = np.asarray(x).astype(np.float16)
     d = x16.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
@@ -147,9 +147,12 @@ class Measurements:
 
 
 def _code_digest() -> str:
+    # The whole package's source: the passes run on lneps.book.minilm and correctly_rounded,
+    # which use lneps.kernel's rounding and lneps.oracle.
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
     return h.hexdigest()
 
 
@@ -220,7 +223,7 @@ def measure(sentences, *, model=None, cache_dir=_FROM_ENV, subset_step: int = 10
             write: bool = True) -> Measurements:
     """Measure all-MiniLM-L6-v2 on ``sentences`` (see the module docstring).
 
-    ``model``: a loaded :class:`lneps.minilm.MiniLM` (default: :func:`lneps.minilm.load`).
+    ``model``: a loaded :class:`lneps.book.minilm.MiniLM` (default: :func:`lneps.book.minilm.load`).
     ``cache_dir``: a folder for the cache (default: ``$LNEPS_CACHE_DIR``; None, or that
     variable unset or empty: no cache). A cache that cannot be written is
     skipped silently: the results are the same, only slower next time. ``write=False`` reads

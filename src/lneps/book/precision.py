@@ -1,25 +1,25 @@
-"""Finite precision in one namespace: the chapters' ``from lneps import precision as P``.
+"""Finite precision in one namespace: the chapters' ``from lneps.book import precision as P``.
 
 The work is done in one module per idea, re-exported here:
 
 * :mod:`lneps.formats`: the formats, and which epsilon survives them;
 * :mod:`lneps.rounded`: arithmetic with every operation rounded to a format;
 * :mod:`lneps.ulp`: the error of a result in units in the last place;
-* :mod:`lneps.survey`: the stress families and worst-error surveys;
+* :mod:`lneps.book.survey`: the stress families and worst-error surveys;
 * :mod:`lneps.oracle`: the exact reference;
-* :mod:`lneps.report`: the text tables that print them.
+* :mod:`lneps.book.report`: the text tables that print them.
 """
 
-from .formats import *  # noqa: F403
-from .formats import __all__ as _formats_all
-from .oracle import layer_norm_exact, layer_norm_value, rms_norm_exact, rms_norm_value
+from ..formats import *  # noqa: F403
+from ..formats import __all__ as _formats_all
+from ..oracle import layer_norm_exact, layer_norm_value, rms_norm_exact, rms_norm_value
 from .report import fmt_ulp, text_table
-from .rounded import *  # noqa: F403
-from .rounded import __all__ as _rounded_all
+from ..rounded import *  # noqa: F403
+from ..rounded import __all__ as _rounded_all
 from .survey import *  # noqa: F403
 from .survey import __all__ as _survey_all
-from .ulp import *  # noqa: F403
-from .ulp import __all__ as _ulp_all
+from ..ulp import *  # noqa: F403
+from ..ulp import __all__ as _ulp_all
 
 # (The oracle's own layer_norm and rms_norm stay lneps.oracle's: here they would read as the
 # package's.)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_eps
-from .norms import layer_norm
+from .._checks import check_eps
+from ..norms import layer_norm
 
 __all__ = [
     "BASE_TOKEN", "grid_axis", "check_grid", "check_digits", "slider_values", "nice_axis",
@@ -118,13 +118,13 @@ def _number(x: float) -> float | int:
 # The page's script and style live in book/_static (lneps-slider.js, lneps-slider.css) and
 # are inlined into the block, so that the stored output works on its own: in the book, in a
 # live notebook, offline.
-STATIC = Path(__file__).resolve().parents[2] / "book" / "_static"
+STATIC = Path(__file__).resolve().parents[3] / "book" / "_static"
 
 
 def _asset(name: str) -> str:
     path = STATIC / name
     if not path.is_file():
-        raise FileNotFoundError(f"the slider's {name} is missing: expected {path} (lneps.slider "
+        raise FileNotFoundError(f"the slider's {name} is missing: expected {path} (lneps.book.slider "
                                 "runs from the book's repository, installed with pip install -e)")
     return path.read_text(encoding="utf-8").strip()
 

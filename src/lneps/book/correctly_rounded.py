@@ -4,7 +4,7 @@ A BLAS matrix product, ``np.linalg.norm`` or a SIMD ``np.exp`` gives results who
 depend on the CPU, the BLAS kernel and its thread count, because they add in different orders
 or approximate differently. The functions here return instead the exact result rounded once,
 to nearest with ties to even, in a format (float16, bfloat16 or float32): a function of the
-inputs alone. They are the arithmetic of the book's trained-network model (:mod:`lneps.minilm`).
+inputs alone. They are the arithmetic of the book's trained-network model (:mod:`lneps.book.minilm`).
 
 How. Each result is first computed in float64 with a proven error bound :math:`\delta`, by
 whatever fast path the machine has. If both ends of :math:`[\hat y-\delta, \hat y+\delta]`
@@ -40,10 +40,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._checks import check_float_dtype
-from .dd import split
-from .oracle import format_of, round_rational
-from .rounding import to_format
+from .._checks import check_float_dtype
+from ..kernel.dd import split
+from ..oracle import format_of, round_rational
+from ..kernel.rounding import to_format
 
 __all__ = ["FORMATS", "matmul", "exp", "gelu", "gelu_float64", "fsum", "dot", "norm"]
 

@@ -1,6 +1,6 @@
 r"""SymPy derivations of the backward pass of layer normalization (and RMS normalization).
 
-As in :mod:`lneps.symbolic`, every result is derived from the definition
+As in :mod:`lneps.book.symbolic`, every result is derived from the definition
 :math:`u_\varepsilon(z) = v/\sqrt{q+\varepsilon}`, :math:`v = Pz`, :math:`q = v\cdot v/d`; the
 closed forms below are only the *claims* that SymPy's results are compared with.
 
@@ -75,7 +75,7 @@ def vjp_claim_entry(j, G, V, d, s):
 
 def check_vjp(d: int, claim=vjp_claim_entry) -> bool:
     r"""True when, for explicit d, :math:`\sum_i \hat g_i\,\partial u_i/\partial z_j` from SymPy's
-    own Jacobian (:func:`lneps.symbolic.jacobian_entries`, derived from the definition)
+    own Jacobian (:func:`lneps.book.symbolic.jacobian_entries`, derived from the definition)
     equals ``claim(j, G, V, d, s)`` (default :func:`vjp_claim_entry`) entry by entry, on the
     hyperplane :math:`\mathbf 1^{\mathsf T}v = 0`: each difference times :math:`s^3`, with
     :math:`v_d = -(v_1+\dots+v_{d-1})`, must expand to 0."""

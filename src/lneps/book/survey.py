@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_float_dtype, check_positive_int
-from .ulp import ulp
+from .._checks import check_float_dtype, check_positive_int
+from ..ulp import ulp
 
 __all__ = [
     "FAMILIES",
@@ -125,7 +125,7 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
     ``{(name, family, d): Accuracy}``. ``counts`` (a dict), if given, accumulates
     ``elements`` and ``settled``: how many the oracle had to decide in exact arithmetic.
     """
-    from . import oracle  # the oracle is slow to import for nothing else
+    from .. import oracle  # the oracle is slow to import for nothing else
 
     if kind not in ("layer", "rms"):
         raise ValueError(f"kind must be 'layer' or 'rms'; got {kind!r}")

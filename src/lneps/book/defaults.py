@@ -20,7 +20,7 @@ Two things are kept apart on purpose:
 value (right, right only for the released checkpoints, right only for the library default, or
 wrong) and its name (does the label name the framework or model the value belongs to?).
 
-What swapping one of these values for another does to a row is :mod:`lneps.eps_swap`
+What swapping one of these values for another does to a row is :mod:`lneps.book.eps_swap`
 (its functions are importable from here too).
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ._checks import check_eps
+from .._checks import check_eps
 from .eps_swap import (  # noqa: F401  (re-exported: code written before the split imports them here)
     KINDS,
     predicted_relative_change,
@@ -43,7 +43,7 @@ from .eps_swap import (  # noqa: F401  (re-exported: code written before the spl
     row_statistic,
     statistic_for_relative_change,
 )
-from .norms import rms_norm_default_eps
+from ..norms import rms_norm_default_eps
 
 __all__ = [
     "Released",

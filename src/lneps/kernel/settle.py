@@ -1,5 +1,5 @@
 r"""The kernel's undecided elements: gathered from the float64 and double-double tiers and
-taken through the exact tier (:mod:`lneps.kernel_exact`).
+taken through the exact tier (:mod:`lneps.kernel.exact`).
 
 :class:`Settler` collects the elements a call's blocks leave undecided, so that the rows'
 statistics are computed together, vectorized, and settles them in batches; it never holds
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import dd
-from .kernel_dd import TILE, DDRows, extreme, finish_rows, finish_values
-from .kernel_exact import ExactRows, fraction_settle, settle
-from .kernel_triple import TripleRows
+from .double_double import TILE, DDRows, extreme, finish_rows, finish_values
+from .exact import ExactRows, fraction_settle, settle
+from .triple import TripleRows
 from .rounding import FAST_FORMATS, to_format
 
 __all__ = ["Settler"]

@@ -1,0 +1,28 @@
+"""The book's studies: what the chapters compute with the reference, and how they show it.
+
+Not part of the reference a kernel test imports: these modules need the ``book`` extra
+(``pip install "lneps[book]"``: SymPy, Matplotlib, mpmath, safetensors, tokenizers,
+threadpoolctl). Each is loaded on first use (``lneps.book.survey``):
+
+* derivations in SymPy: ``symbolic``, ``symbolic_backward``;
+* the response family and its figure: ``response``;
+* finite precision: ``precision`` (with ``survey``, the families of hard rows and their error
+  surveys), ``report`` (how numbers are printed);
+* the frameworks' defaults and measurements: ``defaults``, ``eps_swap``, ``frameworks``,
+  ``incidents``, reading the tables of facts in ``data/``;
+* the trained network: ``minilm`` and ``activations``, in the defined arithmetic of
+  ``correctly_rounded``;
+* the figures and the slider: ``figures``, ``slider``.
+"""
+
+import importlib
+
+_MODULES = ("symbolic", "symbolic_backward", "response", "precision", "survey", "report",
+            "defaults", "eps_swap", "frameworks", "incidents", "minilm", "activations",
+            "correctly_rounded", "figures", "slider")
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'lneps.book' has no attribute {name!r}")
