@@ -95,6 +95,11 @@ def reader_pages() -> list[Page]:
     return [p for p in toc_pages() if p.file not in (APPENDIX, REFERENCE)]
 
 
+def chapter_pages() -> list[Page]:
+    """The chapters: the notebooks of the numbered parts ("Part I. ...", not the appendix)."""
+    return [p for p in reader_pages() if p.is_notebook and p.part.startswith("Part ")]
+
+
 def article(html_text: str):
     """The main column of a built page (sphinx-book-theme's ``article.bd-article``)."""
     soup = BeautifulSoup(html_text, "html.parser")

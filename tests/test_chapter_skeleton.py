@@ -13,9 +13,9 @@ import re
 import nbformat
 import pytest
 
-from rendered import built_article, reader_pages
+from rendered import built_article, chapter_pages
 
-CHAPTERS = [p for p in reader_pages() if p.is_notebook]
+CHAPTERS = chapter_pages()
 # What a number typed into prose looks like, once math ($...$) and roles ({glue:text}`x`,
 # {eq}`x`, {numref}`x`...) are taken out: a digit not glued to letters (float16 is a name).
 ROLE = re.compile(r"\{[a-z:]+\}`[^`]*`")
