@@ -23,6 +23,11 @@ def read(name: str):
     return nbformat.read(BOOK / name, as_version=4)
 
 
+def markdown(name: str) -> str:
+    """The notebook's markdown cells, joined."""
+    return "\n".join(c.source for c in read(name).cells if c.cell_type == "markdown")
+
+
 def glued(name: str) -> dict:
     """Every ``glue(name, value)`` the notebook stored, as Python values where literal."""
     values = {}

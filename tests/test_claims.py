@@ -12,7 +12,8 @@ from fractions import Fraction
 
 import pytest
 
-from notebooks import glued, read
+from notebooks import glued
+from notebooks import markdown as markdown_of
 
 NB = "claims.ipynb"
 # (exponent bits, fraction bits) of each format
@@ -33,7 +34,7 @@ def g():
 
 @pytest.fixture(scope="module")
 def markdown():
-    return "\n".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
+    return markdown_of(NB)
 
 
 def test_format_ranges(g):
