@@ -19,6 +19,9 @@ typical and on worst-case input, and its memory.
   same format and shape, with the same gamma and beta; the target is 10.
 * One row of 2**22 float32 numbers: time per element over the typical float32 one, and extra
   memory beyond input and output (the target: 128 MB).
+* group_norm (8 groups, a gain and a bias per channel) and batch_norm (training, and at
+  inference with stored statistics) on a float32 tensor of shape 64 x 64 x 64 x 64 (64 MB):
+  time per element over the typical float32 layer_norm's, and extra memory (the same target).
 
 Every entry has the keys bench/run.py renders (for the worst cases and the long row its
 "plain" is lneps on N(0, 1) rows), and ``ratio_of_minima``, the fastest run of each: the
@@ -39,7 +42,7 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 
-from lneps import kernel, layer_norm
+from lneps import batch_norm, group_norm, kernel, layer_norm
 
 SHAPE = (4096, 4096)
 FAMILY_SHAPE = (256, 4096)
@@ -48,6 +51,7 @@ RUNS = 5
 TARGETS = {"float16": 3.0, "bfloat16": 3.0, "float32": 5.0, "float64": 8.0}
 FAMILY_TARGET = 10.0
 LONG_MEMORY_TARGET = 128 * 2**20
+NCHW = (64, 64, 64, 64)
 FORMATS = (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
 
 
@@ -155,6 +159,34 @@ def long_row(reference_per_element: float) -> dict:
                    seconds=min(times), extra_memory_mb=extra / 2**20, memory_target_mb=LONG_MEMORY_TARGET / 2**20)}
 
 
+def other_ops(reference_per_element: float) -> dict:
+    """group_norm and batch_norm on NCHW float32: time per element over layer_norm's on N(0, 1)
+    rows, and extra memory beyond input and output."""
+    rng = np.random.default_rng(33)
+    x = rng.normal(size=NCHW).astype(np.float32)
+    C = NCHW[1]
+    g, b = rng.normal(size=C).astype(np.float32), rng.normal(size=C).astype(np.float32)
+    m, v = rng.normal(size=C), rng.uniform(0.5, 2.0, size=C)
+    ops = {
+        "group_norm, 8 groups, per-channel gain and bias": lambda: group_norm(x, 8, g, b),
+        "batch_norm, training, over (N, H, W)": lambda: batch_norm(x, g, b, axis=(0, 2, 3)),
+        "batch_norm, inference, over (N, H, W)": lambda: batch_norm(
+            x, g, b, axis=(0, 2, 3), training=False, running_mean=m, running_var=v),
+    }
+    out = {}
+    for name, f in ops.items():
+        f()
+        times = [_timed(f) for _ in range(2)]
+        extra = _extra_memory(f, known=x.nbytes)
+        reference = reference_per_element * x.size
+        out[f"float32 {name}, {'x'.join(map(str, NCHW))}"] = {
+            "op": name.split(",")[0], "plain_s": reference, "lneps_s": min(times),
+            "ratio": statistics.median(t / reference for t in times), "ratios": [round(t / reference, 3) for t in times],
+            "elements": x.size, "extra_memory_float64_copies": extra / (x.size * 8), "target": FAMILY_TARGET,
+            "seconds": min(times), "extra_memory_mb": extra / 2**20, "memory_target_mb": LONG_MEMORY_TARGET / 2**20}
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quick = "--quick" in argv
@@ -166,6 +198,7 @@ def main(argv=None) -> int:
         results.update(worst_cases(dt, FAMILY_SHAPE, runs))
     f32 = results["float32"]
     results.update(long_row(f32["lneps_s"] / (shape[0] * shape[1])))
+    results.update(other_ops(f32["lneps_s"] / (shape[0] * shape[1])))
     json.dump(results, sys.stdout)
     print()
     return 0

@@ -471,3 +471,33 @@ def test_a_complex_gain_or_bias_with_real_x_is_a_type_error():
     # complex x with a complex gain stays the analytic formula
     z = np.array([0.3, -1.2, 2.0]) + 1e-30j
     np.testing.assert_allclose(lneps.layer_norm(z, 2j).imag, 2 * lneps.layer_norm(z.real), rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_group_and_batch_norm_in_blocks_give_the_same_bits(monkeypatch, dtype):
+    # group_norm and batch_norm work a block of rows (or of features) at a time, so their
+    # memory does not grow with x; the result is correctly rounded, so the block size cannot
+    # change a bit. Blocks of 37 elements cut groups, features and rows at odd places.
+    rng = np.random.default_rng(11)
+    x = (rng.normal(size=(5, 6, 7, 3)) * 3 + 2).astype(dtype)
+    g, b = rng.normal(size=6).astype(dtype), rng.normal(size=6).astype(dtype)
+    gb = rng.normal(size=(6, 7)).astype(dtype)
+    calls = {
+        "group": lambda: lneps.group_norm(x, 3, g, b, return_stats=True),
+        "group, scalar gain": lambda: lneps.group_norm(x, 2, dtype(1.5), dtype(-0.25)),
+        "batch over (0, 2, 3)": lambda: lneps.batch_norm(x, g, b, axis=(0, 2, 3), return_stats=True),
+        "batch over 0, two feature axes": lambda: lneps.batch_norm(x[..., 0], gb, -gb, axis=0, return_stats=True),
+        "batch at inference": lambda: lneps.batch_norm(
+            x, gb, gb, axis=(0, 3), training=False, running_mean=gb * 0.5, running_var=np.abs(gb) + 0.5,
+            return_stats=True),
+    }
+    def parts(r):
+        return r if isinstance(r, tuple) else (r,)
+
+    whole = {k: parts(f()) for k, f in calls.items()}
+    monkeypatch.setattr(lneps.kernel, "BLOCK_ELEMENTS", 37)
+    for name, f in calls.items():
+        (y, *stats), (y0, *stats0) = parts(f()), whole[name]
+        assert y.tobytes() == y0.tobytes(), name
+        for s, s0 in zip(stats, stats0):  # float64 statistics: within their stated bound, not bitwise
+            np.testing.assert_allclose(s, s0, rtol=1e-13, err_msg=name)

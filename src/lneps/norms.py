@@ -268,7 +268,9 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
     biased variance. ``gamma`` and ``beta`` are per channel: a scalar, shape ``(C,)``, or a
     shape broadcasting to x's with length 1 on every axis but the channels' (``(1, C, 1)``).
     ``num_groups = C`` is instance normalization; ``num_groups = 1`` is layer norm over
-    ``(C, *)``. Correctly rounded as :func:`layer_norm`, signed zeros included.
+    ``(C, *)``. Correctly rounded as :func:`layer_norm`, signed zeros included. The groups are
+    normalized one at a time, in place in the output, so the working memory is about that of
+    :func:`layer_norm` on one group's rows, whatever N.
     ``return_stats=True`` also returns
     float64 ``mean`` and ``rstd`` of shape ``(N, num_groups)``.
     """
@@ -285,7 +287,6 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
     stats = _check_flag(return_stats, "return_stats")
     if arr.size == 0:
         raise ValueError(f"x must hold numbers in every group; got shape {arr.shape}")
-    channel = (1, C) + (1,) * (arr.ndim - 2)
     params = []
     for p, name in ((gamma, "gamma"), (beta, "beta")):
         if p is None:
@@ -293,13 +294,41 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
             continue
         q = _real_param(as_float_array(p, name)[0], name, arr)
         if q.ndim:
-            q = check_param_shape(q, name, arr, (1,), "channel")  # (C,), or (1, C, 1, ...)
-        full = np.broadcast_to(q.astype(np.float64).reshape(channel if q.ndim else ()), arr.shape)
-        params.append(full.reshape(N * G, -1))
-    rows = (arr if arr.dtype in _EXACT else arr.astype(np.float64)).reshape(N * G, -1)
-    y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=params[0], beta=params[1])
+            q = check_param_shape(q, name, arr, (1,), "channel").reshape(C)  # (C,), or (1, C, 1, ...)
+        params.append(q.astype(np.float64))
+    rows = (arr if arr.dtype in _EXACT else arr.astype(np.float64)).reshape(N, G, -1)
+    if all(p is None or p.ndim == 0 for p in params):
+        y2, mean, rstd = kernel.normalize(rows.reshape(N * G, -1), kind="layer", eps=eps,
+                                          gamma=params[0], beta=params[1])
+    else:
+        # One call per group, its N rows at once: the group's gains and biases, each channel's
+        # repeated over the spatial positions, are one row of d numbers broadcast over the N
+        # rows, rather than float64 copies the size of x.
+        y2 = np.empty(rows.shape, dtype=rows.dtype)
+        mean, rstd = np.empty((N, G)), np.empty((N, G))
+        spatial = rows.shape[2] * G // C
+        for k in range(G):
+            per = [None if p is None else (p if p.ndim == 0 else
+                   np.repeat(p[k * (C // G):(k + 1) * (C // G)], spatial)) for p in params]
+            _, mean[:, k], rstd[:, k] = kernel.normalize(rows[:, k], kind="layer", eps=eps, gamma=per[0],
+                                                         beta=per[1], out=y2[:, k])
     y = y2.reshape(arr.shape).astype(out_dtype, copy=False)
     return (y, mean.reshape(N, G), rstd.reshape(N, G)) if stats else y
+
+
+def _feature_blocks(fshape, d):
+    """Blocks of about kernel.BLOCK_ELEMENTS elements of a features-first array: for each
+    index of the leading feature axes, runs of the last one. Yields ``(sel, f0, f1)``: the
+    index into the features-first array and the block's range of flat feature numbers."""
+    if not fshape:
+        yield (), 0, 1
+        return
+    last = fshape[-1]
+    step = max(1, kernel.BLOCK_ELEMENTS // max(d, 1))
+    for k, idx in enumerate(np.ndindex(*fshape[:-1])):
+        for a in range(0, last, step):
+            b = min(last, a + step)
+            yield idx + (slice(a, b),), k * last + a, k * last + b
 
 
 def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
@@ -322,6 +351,8 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
       stored, possibly tiny variance. No statistic of the batch is used.
 
     Correctly rounded as :func:`layer_norm`, both ways (real input), signed zeros included.
+    Features are gathered into rows a block at a time, so the working memory is a few
+    megabytes plus one feature's values, not a copy of x.
     ``return_stats=True``
     also returns float64 ``mean`` and ``rstd``, shaped like x with the reduced axes kept.
     """
@@ -343,7 +374,7 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
     order = features + axes
     moved = np.transpose(arr if arr.dtype in _EXACT else arr.astype(np.float64), order)
     nrows = int(np.prod(fshape)) if fshape else 1
-    rows = moved.reshape(nrows, -1)
+    d = int(np.prod([arr.shape[a] for a in axes]))
 
     def per_row(p, name):
         if p is None:
@@ -362,20 +393,32 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
     if training:
         if running_mean is not None or running_var is not None:
             raise ValueError("running_mean and running_var are used only with training=False")
-        if rows.shape[1] == 1 and arr.size:  # torch's rule: a variance of one value is 0, always
+        if d == 1 and arr.size:  # torch's rule: a variance of one value is 0, always
             raise ValueError(f"Expected more than 1 value per channel when training, got input of "
                              f"shape {arr.shape} (1 value per feature over the axes {axes})")
-        y2, mean, rstd = kernel.normalize(rows, kind="layer", eps=eps, gamma=g, beta=b)
+        m = v = None
     else:
         if running_mean is None or running_var is None:
             raise ValueError("training=False needs running_mean and running_var")
         m, v = per_row(running_mean, "running_mean"), per_row(running_var, "running_var")
         if np.any(v < 0):
             raise ValueError("running_var must be >= 0: a variance cannot be negative")
-        y2, rstd = kernel.normalize_with(rows, m, v, eps=eps, gamma=g, beta=b)
-        mean = m[:, 0]
+    y_moved = np.empty(moved.shape, dtype=moved.dtype)
+    mean, rstd = np.empty(nrows), np.empty(nrows)
+    for sel, f0, f1 in _feature_blocks(fshape, d):
+        # A block of features gathered into rows: a copy of that block only, not of x.
+        rows = moved[sel].reshape(f1 - f0, d)
+        part = (lambda p: None if p is None else p[f0:f1])
+        if training:
+            y2, mean[f0:f1], rstd[f0:f1] = kernel.normalize(rows, kind="layer", eps=eps,
+                                                            gamma=part(g), beta=part(b))
+        else:
+            y2, rstd[f0:f1] = kernel.normalize_with(rows, m[f0:f1], v[f0:f1], eps=eps,
+                                                    gamma=part(g), beta=part(b))
+            mean[f0:f1] = m[f0:f1, 0]
+        y_moved[sel] = y2.reshape(y_moved[sel].shape)
     inverse = np.argsort(order)
-    y = np.transpose(y2.reshape(moved.shape), inverse).astype(out_dtype, copy=False)
+    y = np.transpose(y_moved, inverse).astype(out_dtype, copy=False)
     if not stats:
         return y
     kept = tuple(1 if a in axes else arr.shape[a] for a in range(arr.ndim))

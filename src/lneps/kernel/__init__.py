@@ -62,7 +62,7 @@ _KEYS = ("rows", "elements", "double_double_rows", "double_double_elements", "tr
          "exact_elements", "fraction_elements")
 
 
-def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, counts=None):
+def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, counts=None, out=None):
     """Normalize the rows of ``x2d`` (float16, bfloat16, float32 or float64), correctly rounded.
 
     ``kind`` is ``"layer"`` or ``"rms"``. ``gamma`` and ``beta`` are float64 arrays of shape
@@ -73,9 +73,10 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
     computed in double-double), ``double_double_elements``, ``triple_elements`` (float64
     results double-double could not decide, tried in triple precision), ``exact_elements``
     (settled by the exact tier) and ``fraction_elements`` (of those, by rational arithmetic).
+    ``out``: an array (or view) of x2d's shape and dtype to write y into, rather than a new one.
     """
     rows, d = x2d.shape
-    y = np.empty(x2d.shape, dtype=x2d.dtype)
+    y = np.empty(x2d.shape, dtype=x2d.dtype) if out is None else out
     mean = np.empty(rows) if kind == "layer" else None
     rstd = np.empty(rows)
     counts = {} if counts is None else counts
@@ -379,17 +380,34 @@ def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=N
     cancellation as in the exact tier, the rest by rational arithmetic. Signed zeros as in
     :func:`normalize`.
     """
-    dt = x2d.dtype
-    fast = dt in FAST_FORMATS
     counts = {} if counts is None else counts
     for key in _KEYS:
         counts.setdefault(key, 0)
-    x = x2d.astype(np.float64)
-    n = x.shape[0]
+    n, d = x2d.shape
     m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (n, 1))
-    v = np.asarray(var, dtype=np.float64).reshape(-1)
-    gg = None if gamma is None else np.broadcast_to(np.asarray(gamma, dtype=np.float64), x.shape)
-    bb = None if beta is None else np.broadcast_to(np.asarray(beta, dtype=np.float64), x.shape)
+    v = np.broadcast_to(np.asarray(var, dtype=np.float64).reshape(-1), (n,))
+    gg = None if gamma is None else np.broadcast_to(np.asarray(gamma, dtype=np.float64), x2d.shape)
+    bb = None if beta is None else np.broadcast_to(np.asarray(beta, dtype=np.float64), x2d.shape)
+    # Every element is decided on its own (the statistics are given), so blocks of about
+    # BLOCK_ELEMENTS elements bound the float64 temporaries whatever the input's size.
+    y = np.empty(x2d.shape, dtype=x2d.dtype)
+    rstd = np.empty(n)
+    step, width = max(1, BLOCK_ELEMENTS // max(d, 1)), min(max(d, 1), BLOCK_ELEMENTS)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        for c0 in range(0, max(d, 1), width):
+            c1 = min(d, c0 + width)
+            part = (lambda p: None if p is None else p[r0:r1, c0:c1])
+            y[r0:r1, c0:c1], rstd[r0:r1] = _with_block(x2d[r0:r1, c0:c1], m[r0:r1], v[r0:r1], eps,
+                                                       part(gg), part(bb), counts)
+    return y, rstd
+
+
+def _with_block(x2d, m, v, eps, gg, bb, counts):
+    """:func:`normalize_with` on one block: gg and bb (or None) have x2d's shape."""
+    dt = x2d.dtype
+    fast = dt in FAST_FORMATS
+    x = x2d.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         y, flags, a, bp, s_hi, rstd = inference(x, m, v, eps, gg, bb, dt, fast)
     finite = np.isfinite(x) & np.isfinite(m) & np.isfinite(v)[:, None]
