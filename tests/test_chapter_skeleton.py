@@ -15,7 +15,9 @@ import pytest
 
 from rendered import built_article, reader_pages
 
-CHAPTERS = [p for p in reader_pages() if p.is_notebook]
+# Chapters are the notebooks of the numbered parts; an appendix page that computes (a notebook
+# under "Appendix") has no "In this chapter", Summary or Exercises.
+CHAPTERS = [p for p in reader_pages() if p.is_notebook and p.part != "Appendix"]
 # What a number typed into prose looks like, once math ($...$) and roles ({glue:text}`x`,
 # {eq}`x`, {numref}`x`...) are taken out: a digit not glued to letters (float16 is a name).
 ROLE = re.compile(r"\{[a-z:]+\}`[^`]*`")
