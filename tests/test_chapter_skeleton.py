@@ -15,6 +15,8 @@ import pytest
 
 from rendered import built_article, chapter_pages
 
+# Chapters are the notebooks of the numbered parts; an appendix page that computes (a notebook
+# under "Appendix") has no "In this chapter", Summary or Exercises.
 CHAPTERS = chapter_pages()
 # What a number typed into prose looks like, once math ($...$) and roles ({glue:text}`x`,
 # {eq}`x`, {numref}`x`...) are taken out: a digit not glued to letters (float16 is a name).

@@ -148,10 +148,11 @@ def condition_number(x, axis: int = -1) -> np.ndarray:
     r"""Chan, Golub and LeVeque's condition number of the variance along ``axis``:
     :math:`\kappa = \sqrt{1 + \mu^2/\sigma^2}` (about :math:`|\mu|/\sigma` for rows far from 0).
 
-    Their analysis: in a format with unit roundoff u, the one-pass
-    :math:`\frac1d\sum x_i^2 - \mu^2` has relative error of order :math:`u\kappa^2`
+    Their analysis: in a format with unit roundoff :math:`u_{\mathrm{fmt}}`, the one-pass
+    :math:`\frac1d\sum x_i^2 - \mu^2` has relative error of order :math:`u_{\mathrm{fmt}}\kappa^2`
     (both terms are about :math:`\kappa^2\sigma^2`, and their difference is
-    :math:`\sigma^2`), while the two-pass formula's is of order :math:`u + (u\kappa)^2` times
+    :math:`\sigma^2`), while the two-pass formula's is of order
+    :math:`u_{\mathrm{fmt}} + (u_{\mathrm{fmt}}\kappa)^2` times
     small multiples of d. Computed in float64 from the stored values; NaN where
     :math:`\sigma = 0`.
     """

@@ -23,6 +23,8 @@ __all__ = [
     "accuracy",
     "combine",
     "oracle_survey",
+    "float64_two_pass",
+    "layer_norm_methods",
 ]
 
 
@@ -62,7 +64,10 @@ class Accuracy:
     r"""One method's accuracy on a set of elements, judged by the exact oracle.
 
     ``worst_ulp`` is the largest :math:`|y - r|/\operatorname{ulp}(r)` over the elements whose
-    exact value r is not 0 (``inf`` if one of them came out NaN or inf); ``correct`` the
+    exact value r is not 0 (``inf`` if one of them came out NaN or inf); ``worst_scaled`` the
+    largest :math:`|y - r|/\operatorname{ulp}(\max(|r|, 1))` over all the elements, the error in
+    ulp of the output's scale as :func:`lneps.testing.compare` measures it without a gain
+    (its ``max_ulp_scaled``; ``inf`` likewise); ``correct`` the
     share of all elements equal to the correctly rounded value; ``zeros`` the number of
     elements whose exact value is 0, and ``zeros_missed`` how many of those came out nonzero;
     ``nonfinite`` the NaN and inf outputs; ``elements`` the count.
@@ -70,6 +75,7 @@ class Accuracy:
 
     worst_ulp: float
     correct: float
+    worst_scaled: float
     zeros: int
     zeros_missed: int
     nonfinite: int
@@ -85,11 +91,13 @@ def accuracy(result, value, bound, rounded, dtype) -> Accuracy:
     finite = np.isfinite(res)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(res - value) / ulp(value, dtype), np.inf)
+        scaled = np.where(finite, np.abs(res - value) / ulp(np.fmax(np.abs(value), 1.0), dtype), np.inf)
     err = err[~exact_zero]
     same = (res == rounded) | (np.isnan(res) & np.isnan(rounded))
     return Accuracy(
         worst_ulp=float(err.max()) if err.size else 0.0,
         correct=float(same.mean()),
+        worst_scaled=float(scaled.max()) if scaled.size else 0.0,
         zeros=int(exact_zero.sum()),
         zeros_missed=int((exact_zero & (res != 0)).sum()),
         nonfinite=int((~finite).sum()),
@@ -108,6 +116,7 @@ def combine(survey: dict, method: str, family: str | None = None) -> Accuracy:
     return Accuracy(
         worst_ulp=max(a.worst_ulp for a in parts),
         correct=sum(a.correct * a.elements for a in parts) / n,
+        worst_scaled=max(a.worst_scaled for a in parts),
         zeros=sum(a.zeros for a in parts),
         zeros_missed=sum(a.zeros_missed for a in parts),
         nonfinite=sum(a.nonfinite for a in parts),
@@ -149,3 +158,36 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
                 out[name, family, d] = accuracy(method(x), value, bound, rounded, dt)
     return out
 
+
+
+def float64_two_pass(x, eps=1e-5) -> np.ndarray:
+    """Layer norm of the rows of ``x`` from NumPy's float64 mean and variance, rounded once to
+    x's format (for bfloat16 through ml_dtypes, whose conversion goes through float32)."""
+    x = np.asarray(x)
+    x64 = x.astype(np.float64)
+    v = x64 - x64.mean(axis=-1, keepdims=True)
+    return (v / np.sqrt(x64.var(axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
+def layer_norm_methods(low, eps=1e-5) -> dict:
+    """The ways of computing a layer norm that the chapter "Epsilon in finite precision"
+    compares, each a function of rows stored in ``low`` returning them in ``low``: the naive
+    layer (every operation in ``low``), float32 statistics with the one-pass, two-pass and
+    sequential Welford variance, float64 two-pass statistics rounded once, and lneps's default
+    (exact, rounded once)."""
+    from ..norms import layer_norm
+    from ..rounded import layer_norm_rounded
+
+    low = check_float_dtype(low)
+
+    def in_f32(method):  # float32 statistics, the output rounded to low
+        return lambda x: layer_norm_rounded(x, eps=eps, dtype=np.float32, method=method).astype(low)
+
+    return {
+        f"naive {low.name}": lambda x: layer_norm(x, eps=eps, compute_dtype=low),
+        "float32 one-pass": in_f32("one-pass"),
+        "float32 two-pass": in_f32("two-pass"),
+        "float32 Welford": in_f32("welford"),
+        "float64 two-pass": lambda x: float64_two_pass(x, eps),
+        "lneps default": lambda x: layer_norm(x, eps=eps),
+    }
