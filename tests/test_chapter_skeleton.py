@@ -4,6 +4,11 @@ you will learn, what to know first) and closes with a Summary whose numbers are 
 
 Read from the built HTML (the session fixture built_book) for every notebook chapter of
 _toc.yml, and from the notebook's markdown for the Summary's numbers.
+
+The practical guide (book/practical_guide), the first page after the introduction, is not a
+chapter: it sits outside the numbered parts and has no "In this chapter", Summary or
+Exercises. It is held to opening with the question it answers (below) and to its own budget
+(tests/test_chapter_practical_guide.py).
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ import re
 import nbformat
 import pytest
 
-from rendered import built_article, chapter_pages
+from rendered import built_article, chapter_pages, reader_pages
 
-# Chapters are the notebooks of the numbered parts; an appendix page that computes (a notebook
-# under "Appendix") has no "In this chapter", Summary or Exercises.
+# Chapters are the notebooks of the numbered parts: not the guide (its own part, "Start here"),
+# and not an appendix page that computes (a notebook under "Appendix").
+GUIDE = "book/practical_guide"
 CHAPTERS = chapter_pages()
 # What a number typed into prose looks like, once math ($...$) and roles ({glue:text}`x`,
 # {eq}`x`, {numref}`x`...) are taken out: a digit not glued to letters (float16 is a name).
@@ -37,6 +43,17 @@ def pages(built_book):
     code, output = built_book
     assert code == 0, output[-3000:]
     return {p.file: built_article(p.html) for p in CHAPTERS}
+
+
+def test_the_guide_is_not_a_chapter_but_opens_with_its_question(built_book):
+    code, output = built_book
+    assert code == 0, output[-3000:]
+    assert GUIDE in {p.file for p in reader_pages()}
+    main = built_article(GUIDE + ".html")
+    question = main.find("h1").find_next("p").find("strong").get_text(" ").strip()
+    assert question.startswith("Which") and question.endswith("?"), question
+    titles = [h.get_text(" ") for h in main.find_all("h2")]
+    assert not any(t.startswith(("Summary", "Exercises")) for t in titles)
 
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.file)
