@@ -293,7 +293,7 @@ def measure_results(runner, *, dtypes=FW.DTYPES, ds=FW.DS, eps_values=FW.EPS_VAL
                     for k, family in enumerate(fams):
                         sl = slice(bounds[k], bounds[k + 1])
                         row = {"op": op, "dtype": dtype, "family": family, "d": d, "eps": eps}
-                        row.update(FW.error_summary(y[sl], refs[kind][sl], dtype))
+                        row.update(FW.error_summary(y[sl], refs[kind][sl], dtype, x=x[sl], op=kind, eps=eps))
                         row["sha256"] = FW.output_digest(y[sl])
                         results.append(row)
     return results, [{"op": o, "dtype": t, "error": e} for (o, t), e in unsupported.items()]
@@ -443,7 +443,7 @@ def measure(name: str, **grid) -> dict:
     t0 = time.perf_counter()
     results, unsupported = measure_results(runner, **grid)
     data = {
-        "schema": 1,
+        "schema": FW.SCHEMA,
         "framework": name,
         "versions": runner.versions() | {"numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__,
                                         "python": platform.python_version()},

@@ -15,6 +15,10 @@ Error summary
     subnormal and any nonzero answer would be "1e37 ulp" off. ``worst_ulp`` is the largest
     :func:`lneps.book.precision.ulp_error` over the other elements, ``inf`` when an output is NaN or
     infinite there. ``worst_abs`` is the largest absolute error over finite outputs.
+    ``worst_scaled`` is :func:`lneps.testing.compare`'s ``max_ulp_scaled`` for the same output:
+    the error against the exact value in ulp of :math:`\max(|y_{\mathrm{exact}}|, 1)` (the rows
+    have no gain, so s = 1), over every element, exact zeros included (there it is the error in
+    ulp of 1), ``inf`` for a NaN or infinite output where the answer is finite.
 
 JSON has no NaN or infinity, so :func:`dump` writes them as the strings ``"nan"``, ``"inf"``
 and ``"-inf"``, and :func:`load` reads them back as floats.
@@ -31,6 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from .._checks import check_float_dtype
+from ..ulp import ulp as lneps_ulp
 from .precision import FAMILIES, family_rows, ulp_error
 
 __all__ = [
@@ -54,9 +59,13 @@ __all__ = [
     "by_family",
     "find",
     "compare",
+    "SCHEMA",
+    "summary_rows",
+    "eps_verdict",
 ]
 
 # Package data (pyproject.toml), so an installed lneps finds it, not only a source checkout.
+SCHEMA = 2  # 2: result rows carry worst_scaled
 DATA_DIR = Path(__file__).resolve().parent / "data" / "frameworks"
 FRAMEWORKS = ("torch", "flax", "onnxruntime", "onnx_reference")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -78,6 +87,7 @@ HAND_ROWS = {
 _SUMMARY_KEYS = {
     "n": int, "correct": int, "within_1ulp": int, "worst_ulp": float, "worst_abs": float,
     "nan": int, "inf": int, "zero_ref": int, "zero_ref_wrong": int, "worst_abs_at_zero": float,
+    "worst_scaled": float,
 }
 _ROW_KEYS = {"op": str, "dtype": str, "family": str, "d": int, "eps": float, "sha256": str}
 _TOP_KEYS = ("schema", "framework", "versions", "platform", "cpu_flags", "date", "reference",
@@ -122,10 +132,13 @@ def output_digest(y) -> str:
     return hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest()
 
 
-def error_summary(y, reference, dtype) -> dict:
+def error_summary(y, reference, dtype, *, x=None, op="layer_norm", eps=1e-5) -> dict:
     """Compare a framework's output ``y`` with the correctly rounded ``reference`` (same shape).
 
     Returns the counts and worst cases described in the module docstring, as Python numbers.
+    With the input rows ``x`` (and the ``op``, ``"layer_norm"`` or ``"rms_norm"``, and ``eps``
+    that made ``y``), ``worst_scaled`` is ``lneps.testing.compare(y, x, op=op,
+    eps=eps).max_ulp_scaled``; without them it is measured against ``reference``.
     """
     dt = _dtype(dtype) if isinstance(dtype, str) else check_float_dtype(dtype)
     y64 = np.asarray(y).astype(np.float64)
@@ -138,6 +151,16 @@ def error_summary(y, reference, dtype) -> dict:
         err = ulp_error(y64, r64, dt)
         absdiff = np.abs(y64 - r64)
     nonzero = ~zero
+    if x is not None:
+        from .. import testing  # lneps.testing: the metric the chapter leads with
+
+        scaled = testing.compare(np.asarray(y), np.asarray(x), op=op, eps=eps).max_ulp_scaled
+    else:
+        with np.errstate(invalid="ignore"):
+            same = (y64 == r64) | (np.isnan(y64) & np.isnan(r64))
+            fin = finite & np.isfinite(r64)
+            s_err = np.where(fin, absdiff / lneps_ulp(np.fmax(np.abs(r64), 1.0), dt), np.where(same, 0.0, np.inf))
+        scaled = float(s_err.max()) if s_err.size else 0.0
     return {
         "n": int(y64.size),
         "correct": int(np.sum(y64 == r64)),
@@ -149,6 +172,7 @@ def error_summary(y, reference, dtype) -> dict:
         "zero_ref": int(zero.sum()),
         "zero_ref_wrong": int(np.sum(zero & (y64 != 0))),
         "worst_abs_at_zero": float(absdiff[zero & finite].max()) if (zero & finite).any() else 0.0,
+        "worst_scaled": float(scaled),
     }
 
 
@@ -201,13 +225,13 @@ def load_all(data_dir=None) -> dict[str, dict]:
 
 
 def validate(data: dict) -> None:
-    """Raise ``ValueError`` naming the first field that breaks the schema (schema 1)."""
+    """Raise ``ValueError`` naming the first field that breaks the schema (:data:`SCHEMA`)."""
     if not isinstance(data, dict):
         raise ValueError("a measurement must be a JSON object")
     missing = [k for k in _TOP_KEYS if k not in data]
     if missing:
         raise ValueError(f"measurement lacks {missing}")
-    if data["schema"] != 1 or data["framework"] not in FRAMEWORKS:
+    if data["schema"] != SCHEMA or data["framework"] not in FRAMEWORKS:
         raise ValueError(f"unknown schema {data['schema']!r} or framework {data['framework']!r}")
     for key in ("versions", "platform", "reference", "inputs", "probes", "eps_handling", "implied_variance"):
         if not isinstance(data[key], dict):
@@ -241,11 +265,11 @@ def validate(data: dict) -> None:
 
 def _merge(rows: list[dict]) -> dict:
     out = {k: 0 for k in ("n", "correct", "within_1ulp", "nan", "inf", "zero_ref", "zero_ref_wrong")}
-    out.update(worst_ulp=0.0, worst_abs=0.0, worst_abs_at_zero=0.0)
+    out.update(worst_ulp=0.0, worst_abs=0.0, worst_abs_at_zero=0.0, worst_scaled=0.0)
     for r in rows:
         for k in ("n", "correct", "within_1ulp", "nan", "inf", "zero_ref", "zero_ref_wrong"):
             out[k] += r[k]
-        for k in ("worst_ulp", "worst_abs", "worst_abs_at_zero"):
+        for k in ("worst_ulp", "worst_abs", "worst_abs_at_zero", "worst_scaled"):
             out[k] = max(out[k], r[k])
     out["share_correct"] = out["correct"] / out["n"] if out["n"] else math.nan
     out["share_within_1ulp"] = out["within_1ulp"] / out["n"] if out["n"] else math.nan
@@ -322,3 +346,53 @@ def compare(new: dict, old: dict, *, share_tol: float = 0.0, ulp_rtol: float = 0
     out["differ"].sort(key=lambda e: str(e["key"]))
     out["reference_moved"].sort(key=lambda e: str(e["key"]))
     return out
+
+
+# --- the chapter's tables -------------------------------------------------------------------
+
+#: The families of :func:`summary_rows`: the stress families, then the hand-made rows pooled.
+SUMMARY_FAMILIES = tuple(FAMILIES) + ("hand",)
+
+
+def summary_rows(data_all: dict[str, dict]) -> list[dict]:
+    """One row per (framework, op, dtype, family), pooled over every d and eps: the table the
+    chapter's figure and tables are drawn from, one dict per row so that further columns can be
+    joined on its keys ``framework``, ``op``, ``dtype``, ``family``.
+
+    Each row has :func:`aggregate`'s counts and worst cases (``worst_scaled`` first among
+    them), ``nonfinite`` (NaN and inf outputs) and ``worst_d`` (the row length of the worst
+    scaled error). Combinations a framework does not run are left out.
+    """
+    out = []
+    for fw, data in data_all.items():
+        for op in dict.fromkeys(r["op"] for r in data["results"]):
+            for dtype in DTYPES:
+                if not find(data, op=op, dtype=dtype):
+                    continue
+                for family in SUMMARY_FAMILIES:
+                    parts = find(data, op=op, dtype=dtype, family=family)
+                    agg = _merge(parts)
+                    worst = max(parts, key=lambda r: r["worst_scaled"])
+                    out.append({"framework": fw, "op": op, "dtype": dtype, "family": family, **agg,
+                                "nonfinite": agg["nan"] + agg["inf"], "worst_d": worst["d"]})
+    return out
+
+
+def eps_verdict(entry: dict) -> str | None:
+    """The epsilon a kernel is inferred to use from one ``eps_handling`` entry, or None.
+
+    The rows are normalized with each candidate epsilon by lneps, correctly rounded, and the
+    rows the framework's output equals bit for bit are counted. A candidate is accepted when it
+    matches every row, or when it matches some rows and every other candidate matches none (a
+    kernel that is not correctly rounded, as in float32 and float64, cannot match every row,
+    but a wrong epsilon moves the outputs by far more than its rounding). Anything else (two
+    candidates each matching part of the rows, or none matching) decides nothing.
+    """
+    if "error" in entry:
+        return None
+    rows, m = entry["rows"], {k: v["rows_equal"] for k, v in entry["matches"].items()}
+    for label, n in m.items():
+        others = [v for k, v in m.items() if k != label]
+        if n == rows or (n > 0 and all(v == 0 for v in others)):
+            return label
+    return None
