@@ -92,6 +92,9 @@ def test_error_summary_counts():
     assert s["zero_ref"] == 1 and s["zero_ref_wrong"] == 1 and s["worst_abs_at_zero"] == 2.0**-20
     assert s["within_1ulp"] == 2 and math.isinf(s["worst_ulp"])
     assert s["worst_abs"] == float(P_ulp(1.0))
+    assert math.isinf(s["worst_scaled"])  # a NaN where the answer is finite
+    s = FW.error_summary(y[:, :3], ref[:, :3], "float16")
+    assert s["worst_scaled"] == 1.0       # one ulp of 1 at 1; 2**-20 at 0 is 2**-10 ulp of 1
     with pytest.raises(ValueError, match="shape"):
         FW.error_summary(y[:, :2], ref, "float16")
 
@@ -183,15 +186,16 @@ def test_incidents_file():
 def test_chapter_numbers_match_the_data():
     g = glued("frameworks.ipynb")
     t = DATA["torch"]
-    assert g["c60k_out"] == -2048.0 and g["fma_out"] == -2048.0
-    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
-    assert g["t16_6e4_wrong"] == pytest.approx(1 - fam["correct"] / fam["n"])
-    assert g["tb_abs"] == 0.875
+    assert g["c60k_out"] == -2048.0 and g["fma_out"] == -2048.0 and g["cbf_out"] == -0.875
     assert g["nn_rel"] == pytest.approx(1 - math.sqrt((2e-4 + 1e-6) / (2e-4 + 1e-4)))
     assert g["ap_sum"] == pytest.approx(9e-6 / (4e-4 + 1e-6)) and g["ap_rsqrt"] == pytest.approx(0.011, abs=5e-4)
     assert g["ann0"] == pytest.approx(0.75 / (math.sqrt(0.25) + 1e-6)) and g["ln0"] == pytest.approx(0.75 / math.sqrt(0.1875 + 1e-5))
-    assert g["rms_none_f16"] == "finfo(float32).eps"
+    assert g["rms_none_float16"] == "finfo(float32).eps"
     assert g["ref16_nan"] == sum(a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values())
+    a = glued("measurement_tables.ipynb")
+    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
+    assert a["t16_6e4_wrong"] == pytest.approx(1 - fam["correct"] / fam["n"])
+    assert a["tb_abs"] == 0.875 and a["ref16_nan"] == g["ref16_nan"]
 
 
 def test_variance_read_back_from_the_outputs():
@@ -219,3 +223,43 @@ def test_stored_data_was_measured_against_the_correctly_rounded_reference():
     for dtype in ("float16", "bfloat16", "float32", "float64"):
         e = eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]
         assert e["lneps_eps_none"]["rows_equal"] == e["matches"][e["best"]]["rows_equal"]
+
+
+def test_worst_scaled_is_lneps_testing_scaled_error():
+    """With the input rows, error_summary's worst_scaled is lneps.testing.compare's
+    max_ulp_scaled; the stored value for a hand-made row of d = 8 is recomputed from its probe,
+    which holds that very row's output (torch's: its CPU kernel treats each row alike whatever
+    the batch; Flax's jit compiles per shape, and its probe, a batch of one row, may differ)."""
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(4, 16)) + 300).astype(F16)
+    y = lneps.layer_norm(x, eps=1e-5, compute_dtype=F16)
+    ref = lneps.layer_norm(x, eps=1e-5)
+    s = FW.error_summary(y, ref, "float16", x=x, op="layer_norm", eps=1e-5)
+    assert s["worst_scaled"] == lneps.testing.compare(y, x, eps=1e-5).max_ulp_scaled > 1
+    for fw, d in [("torch", DATA["torch"])]:
+        for key, p in d["probes"].items():
+            if p["op"] == "group_norm":
+                continue
+            x = np.array([p["input"]]).astype(FW._dtype(p["dtype"]))
+            y = np.array([p["output"]]).astype(x.dtype)
+            row = FW.find(d, op=p["op"], dtype=p["dtype"], family=f"hand: {p['row']}", d=8, eps=p["eps"])
+            op = "rms_norm" if p["op"] == "rms_norm" else "layer_norm"
+            assert len(row) == 1, key
+            assert row[0]["worst_scaled"] == lneps.testing.compare(y, x, op=op, eps=p["eps"]).max_ulp_scaled, (fw, key)
+
+
+def test_summary_rows_and_the_eps_rule():
+    rows = FW.summary_rows(DATA)
+    keys = [(r["framework"], r["op"], r["dtype"], r["family"]) for r in rows]
+    assert len(keys) == len(set(keys)) and {r["family"] for r in rows} == set(FW.SUMMARY_FAMILIES)
+    for r in rows[:40]:
+        agg = FW.aggregate(DATA[r["framework"]], op=r["op"], dtype=r["dtype"], family=r["family"])
+        assert r["worst_scaled"] == agg["worst_scaled"] and r["n"] == agg["n"]
+    eh = DATA["torch"]["eps_handling"]
+    # float32 and float64: only part of the rows reproduced, and no other candidate reproduces any
+    for dtype, eps in (("float32", "float32"), ("float64", "float64")):
+        e = eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]
+        assert 0 < e["matches"][f"finfo({eps}).eps"]["rows_equal"] < e["rows"]
+        assert FW.eps_verdict(e) == f"finfo({eps}).eps"
+    assert all(FW.eps_verdict(e) is None for k, e in DATA["onnx_reference"]["eps_handling"].items())
+    assert FW.eps_verdict({"rows": 4, "matches": {"a": {"rows_equal": 2}, "b": {"rows_equal": 1}}}) is None
