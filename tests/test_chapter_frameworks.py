@@ -74,4 +74,4 @@ def test_eps_rule_as_stated():
     assert G["rms_none_f32_rows"] == e["matches"]["finfo(float32).eps"]["rows_equal"] < e["rows"]
     assert G["rms_none_f32_others"] == 0
     assert G["rms_none_float64"] == "finfo(float64).eps" and G["rms_none_float32"] == "finfo(float32).eps"
-    assert G["kept_fws"] == "Flax, ORT, torch"
+    assert G["kept_fws"] == "PyTorch, Flax and ONNX Runtime"
