@@ -75,3 +75,19 @@ def test_eps_rule_as_stated():
     assert G["rms_none_f32_others"] == 0
     assert G["rms_none_float64"] == "finfo(float64).eps" and G["rms_none_float32"] == "finfo(float32).eps"
     assert G["kept_fws"] == "PyTorch, Flax and ONNX Runtime"
+
+
+def test_numbers_typed_into_the_prose_and_exercises():
+    from lneps.book import precision as P
+
+    assert float(P.ulp(6e10, np.float32)) == 4096                  # "float32 numbers are 4096 apart"
+    assert float(P.ulp(1e9, np.float32)) == 64                     # exercise 1: 1000 * 10**6
+    # exercise 2: the careful float32 kernel on rows shifted by 1000
+    F32 = np.float32
+    x = FW.measurement_rows("float32", 768)["N(0,1)"][:8] + F32(1000)
+    mu = np.mean(x, axis=1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + F32(1e-5))
+    r = lneps.testing.compare(y, x, eps=float(F32(1e-5)))
+    assert 200 < r.max_ulp_scaled < 1000 and r.max_ulp > 1e5
+    assert float(P.ulp(1000.0, np.float32)) / 2 == 2.0**-15 and 2.0**-15 / 2.0**-23 == 256
