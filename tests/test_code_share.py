@@ -9,7 +9,7 @@ itself, in code.
 
 import pytest
 
-from rendered import article, built_article, code_share, reader_pages
+from rendered import article, built_article, chapter_pages, code_share, reader_pages
 
 LIMIT = 0.40
 PAGES = reader_pages()
@@ -46,3 +46,18 @@ def test_the_measure_counts_cells_and_code_blocks_once():
 def test_a_page_of_prose_has_no_code():
     share = code_share(_page("<p>" + "word " * 50 + "</p>"))
     assert (share["code"], share["total"], share["share"]) == (0, 50, 0.0)
+
+
+# A chapter is read in one sitting: at most 3,000 words of prose and 1,500 of code and output,
+# as rendered (the guide has its own, smaller budget: tests/test_chapter_practical_guide.py).
+PROSE_BUDGET, CODE_BUDGET = 3000, 1500
+
+
+@pytest.mark.parametrize("page", chapter_pages(), ids=lambda p: p.file)
+def test_each_chapter_fits_its_budget(built_book, page):
+    code, output = built_book
+    assert code == 0, output[-3000:]
+    share = code_share(built_article(page.html))
+    assert share["prose"] <= PROSE_BUDGET and share["code"] <= CODE_BUDGET, (
+        f"{page.html}: {share['prose']} words of prose (at most {PROSE_BUDGET}) and "
+        f"{share['code']} of code and output (at most {CODE_BUDGET})")
