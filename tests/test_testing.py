@@ -6,6 +6,7 @@ against lneps's independent exact oracle.
 """
 
 import re
+from pathlib import Path
 import subprocess
 import sys
 from fractions import Fraction
@@ -606,3 +607,15 @@ def test_two_pass_bound_refuses_what_its_model_does_not_cover():
     big = np.full((1, 8), 3e38, np.float32)
     big[0, 0] = -3e38
     assert np.all(np.isinf(two_pass_bound(big)))
+
+
+def test_the_readme_kernel_test_runs(tmp_path):
+    """The README's "Testing your kernel" block, run as it is written, passes under pytest."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- readme-test: kernel -->\n```python\n(.*?)```", readme, re.S)
+    assert match, "README.md has no block marked readme-test: kernel"
+    (tmp_path / "test_my_layer_norm.py").write_text(match.group(1), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbval",
+                          str(tmp_path / "test_my_layer_norm.py")], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "21 passed" in run.stdout

@@ -325,6 +325,24 @@ def _gamma_n(n):
     return n * U32 / (1 - n * U32)
 
 
+def _two_pass_error(d, mean_abs, r, z, y, gain, dt):
+    """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
+    from d, mean|x|, r = 1/sqrt(var + eps), |z|, |y| and |gamma| (1 without a gain)."""
+    u, eta = U32, 2.0**-150
+    D = _gamma_n(d + 1) * mean_abs * r  # |mu^ - m| r: the mean's error, in units of sigma
+    rho_lo = _gamma_n(d + 5) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
+    rho_hi = rho_lo + (1 + _gamma_n(d + 5)) * D * D
+    psi = _gamma_n(2)  # the reciprocal square root
+    R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
+                   1 - (1 - psi) / np.sqrt(1 + rho_hi))
+    R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
+    En = z * ((1 + R) * (1 + u) ** 2 - 1) + D * (1 + R) * (1 + u) ** 2 + eta  # |n^ - z|
+    Ec = gain * (En + u * (z + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
+    E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
+    return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
+
+
 def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -> np.ndarray:
     r"""Per element of layer norm's output, the largest scaled error (the ``metric="scaled"`` of
     :func:`compare`: ulp of :math:`\max(|y|, s)`, s = :math:`|\gamma_i|` or 1) that a correct
@@ -415,40 +433,19 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     y = norms.layer_norm(x64, g, b, eps=e_, axis=axis)
     # |gamma| placed as layer_norm applies it (1 without a gain)
     ag = 1.0 if g is None else np.abs(_scale(None, g, "layer_norm", axis, xa.shape))
-    u = U32
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        r = rstd * (1 + 2.0**-40)
+        r = rstd * (1 + 2.0**-40)  # lneps's statistics and outputs, their float64 error allowed for
         mabs = np.mean(np.abs(x64), axis=axes, keepdims=True) * (1 + 2.0**-40)
-        D = _gamma_n(d + 1) * mabs * r
-        nu = 2.0**-147
-        g5 = _gamma_n(d + 5)
-        rho_lo = g5 + nu * r * r
-        rho_hi = g5 + (1 + g5) * D * D + nu * r * r
-        psi = _gamma_n(2)
-        R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
-                       1 - (1 - psi) / np.sqrt(1 + rho_hi))
-        R = np.where(np.isnan(R), np.inf, R)
-        za = np.abs(z) * (1 + 2.0**-50)
-        eta = 2.0**-150
-        En = za * ((1 + R) * (1 + u) ** 2 - 1) + D * (1 + R) * (1 + u) ** 2 + eta
-        Ec = ag * (En + u * (za + En)) + eta * (1 + ag)
         ya = np.abs(y)
-        C = ya * (1 + 2.0**-50) + Ec
-        # E: how far the value rounded last (c, or fl32(c) for a narrower output) is from y
-        E = Ec + ya * 2.0**-52 + (0.5 * ulp(C, np.float32) if dt != np.float32 else 0.0)
-        # that last rounding: half an ulp of dt at the smallest |c|, or, if [|y| - E, |y| + E]
-        # holds a power of two 2^k, past it: min(half an ulp above, its distance to 2^k <= 2E)
-        lower, upper = np.fmax(ya - E, 0.0), (ya + E) * (1 + 2.0**-40)
-        last = np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
-        s = np.fmax(ya, ag)
-        out = (E + last) / ulp(s, dt) * (1 + 2.0**-20)
+        err = _two_pass_error(d, mabs, r, np.abs(z) * (1 + 2.0**-50), ya, ag, dt)
+        out = err / ulp(np.fmax(ya, ag), dt) * (1 + 2.0**-20)
         # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
         # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
         f32max = float(np.finfo(np.float32).max) * (1 - 2.0**-20)
         var = np.mean(np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True)
         dmu = _gamma_n(d + 1) * mabs
-        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + g5) > f32max)
-                 | (C > float(_finfo(dt).max)))
+        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + _gamma_n(d + 5)) > f32max)
+                 | (ya + err > float(_finfo(dt).max)))
         out = np.where(risky | ~np.isfinite(out), np.inf, out)
     return np.broadcast_to(out, xa.shape).astype(np.float64)
 
