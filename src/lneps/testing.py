@@ -329,7 +329,7 @@ def _two_pass_error(d, mean_abs, r, z, y, gain, dt):
     """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
     from d, mean|x|, r = 1/sqrt(var + eps), |z|, |y| and |gamma| (1 without a gain)."""
     u, eta = U32, 2.0**-150
-    D = _gamma_n(d + 1) * mean_abs * r  # |mu^ - m| r: the mean's error, in units of sigma
+    D = (_gamma_n(d + 1) * mean_abs + eta) * r  # |mu^ - m| r: the mean's error, in units of sigma
     rho_lo = _gamma_n(d + 5) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
     rho_hi = rho_lo + (1 + _gamma_n(d + 5)) * D * D
     psi = _gamma_n(2)  # the reciprocal square root
@@ -362,7 +362,8 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     4. :math:`\hat r` = 1/sqrt(w) within 1 float32 ulp (a correctly rounded or 1-ulp rsqrt,
        or a rounded sqrt then a rounded division): relative error at most :math:`\gamma_2`;
     5. :math:`c_i = \gamma_i \hat n_i + \beta_i` with :math:`\hat n_i = \mathrm{fl}(t_i \hat r)`,
-       its product and sum rounded (or fused), or :math:`t_i\,\mathrm{fl}(\hat r\gamma_i)`;
+       its product and sum rounded (or fused), or :math:`t_i\,\mathrm{fl}(\hat r\gamma_i)`,
+       or :math:`\mathrm{fl}(t_i/\mathrm{fl}(\sqrt w))` for :math:`\hat n_i`;
     6. the result rounded once to ``dtype`` (for float16 or bfloat16: after the float32
        rounding of c).
 
@@ -371,8 +372,9 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     :math:`z_i = (x_i-m)r`, :math:`M = \frac1d\sum_j|x_j|` and :math:`\eta = 2^{-150}` (an
     underflow):
 
-    * :math:`|\hat\mu - m| \le \gamma_{d+1} M`; in units of the output's scale,
-      :math:`D = \gamma_{d+1} M r` (the offset term: it grows with |m|/σ and with d);
+    * :math:`|\hat\mu - m| \le \gamma_{d+1} M + \eta`; in units of the output's scale,
+      :math:`D = (\gamma_{d+1} M + \eta) r` (the offset term: it grows with :math:`M/\sigma`, so
+      with :math:`|m|/\sigma`, and with d);
     * since :math:`\sum_j (x_j - m) = 0`,
       :math:`w = (\sigma^2+\varepsilon)(1+\rho)` with
       :math:`-\rho_- \le \rho \le \rho_+`, :math:`\rho_- = \gamma_{d+5} + \nu r^2`,
@@ -380,7 +382,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     * :math:`|\hat r/r - 1| \le R = \max\big((1+\gamma_2)(1-\rho_-)^{-1/2} - 1,\;
       1 - (1-\gamma_2)(1+\rho_+)^{-1/2}\big)`;
     * :math:`|\hat n_i - z_i| \le E_n = |z_i|\big((1+R)(1+u)^2 - 1\big) + D(1+R)(1+u)^2 + \eta`
-      (it grows with |z_i|);
+      (it grows with :math:`|z_i|`);
     * :math:`|c_i - y_i| \le E_c = |\gamma_i|\big(E_n + u(|z_i| + E_n)\big) + \eta(1 + |\gamma_i|)`;
     * for float16 or bfloat16 output, c is first rounded to float32:
       :math:`E = E_c + \tfrac12\mathrm{ulp}_{32}(|y_i| + E_c)` bounds its distance to
@@ -390,7 +392,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
       half an ulp at the value, unless :math:`|y_i| \pm E` straddles a power of two, past
       which the nearest number is that power of two or half an ulp of the binade above.
 
-    The bound is their sum divided by ulp(max(|y_i|, s_i)) in ``dtype``, with y_i and the
+    The bound is their sum divided by :math:`\mathrm{ulp}(\max(|y_i|, s_i))` in ``dtype``, with y_i and the
     statistics computed by lneps (correctly rounded float64, their error allowed for) and the
     whole enlarged by :math:`2^{-20}` relative for the float64 arithmetic of this function. It
     is a worst case: any summation order, every rounding error at its largest. On rows of
@@ -400,7 +402,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
 
     x: float16, bfloat16 or float32, normalized over ``axis`` (an int or a tuple of trailing
     axes); gamma, beta: numbers exact in float32, broadcast like :func:`lneps.layer_norm`'s;
-    eps > 0; dtype: the output format (default x's; float16, bfloat16 or float32). Returns a
+    eps >= 0; dtype: the output format (default x's; float16, bfloat16 or float32). Returns a
     float64 array of x's shape; ``inf`` where the model's float32 arithmetic could overflow or
     where :math:`\rho_- \ge 1`.
     """
