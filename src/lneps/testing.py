@@ -375,29 +375,30 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     * :math:`|\hat\mu - m| \le \gamma_{d+1} M + \eta`; in units of the output's scale,
       :math:`D = (\gamma_{d+1} M + \eta) r` (the offset term: it grows with :math:`M/\sigma`, so
       with :math:`|m|/\sigma`, and with d);
-    * since :math:`\sum_j (x_j - m) = 0`,
-      :math:`w = (\sigma^2+\varepsilon)(1+\rho)` with
-      :math:`-\rho_- \le \rho \le \rho_+`, :math:`\rho_- = \gamma_{d+5} + \nu r^2`,
-      :math:`\rho_+ = \gamma_{d+5} + (1+\gamma_{d+5}) D^2 + \nu r^2`, :math:`\nu = 2^{-147}`;
-    * :math:`|\hat r/r - 1| \le R = \max\big((1+\gamma_2)(1-\rho_-)^{-1/2} - 1,\;
-      1 - (1-\gamma_2)(1+\rho_+)^{-1/2}\big)`;
-    * :math:`|\hat n_i - z_i| \le E_n = |z_i|\big((1+R)(1+u)^2 - 1\big) + D(1+R)(1+u)^2 + \eta`
+    * since :math:`\sum_j (x_j - m) = 0`, :math:`w = (\sigma^2+\varepsilon)(1+\rho)` with
+      :math:`-\rho_- \le \rho \le \rho_+`, where :math:`\rho_- = \gamma_{d+5} + \nu r^2`,
+      :math:`\rho_+ = \rho_- + (1+\gamma_{d+5}) D^2` and :math:`\nu = 2^{-147}`;
+    * :math:`|\hat r/r - 1| \le R`, the larger of :math:`(1+\gamma_2)(1-\rho_-)^{-1/2} - 1`
+      and :math:`1 - (1-\gamma_2)(1+\rho_+)^{-1/2}`;
+    * :math:`|\hat n_i - z_i| \le E_n`, where
+      :math:`E_n = |z_i|\,((1+R)(1+u)^2 - 1)` :math:`{} + D(1+R)(1+u)^2 + \eta`
       (it grows with :math:`|z_i|`);
-    * :math:`|c_i - y_i| \le E_c = |\gamma_i|\big(E_n + u(|z_i| + E_n)\big) + \eta(1 + |\gamma_i|)`;
-    * for float16 or bfloat16 output, c is first rounded to float32:
+    * :math:`|c_i - y_i| \le E_c`, where :math:`E_c = |\gamma_i|\,(E_n + u(|z_i| + E_n))`
+      :math:`{} + \eta(1 + |\gamma_i|)`;
+    * for float16 or bfloat16 output, c is first rounded to float32, and
       :math:`E = E_c + \tfrac12\mathrm{ulp}_{32}(|y_i| + E_c)` bounds its distance to
       :math:`y_i` (:math:`E = E_c` for float32 output);
-    * the last rounding, to ``dtype``, adds at most
-      :math:`\max\big(\tfrac12\mathrm{ulp}(|y_i| - E),\ \min(\tfrac12\mathrm{ulp}(|y_i| + E), 2E)\big)`:
+    * the last rounding, to ``dtype``, adds at most the larger of
+      :math:`\tfrac12\mathrm{ulp}(|y_i| - E)` and :math:`\min(\tfrac12\mathrm{ulp}(|y_i| + E), 2E)`:
       half an ulp at the value, unless :math:`|y_i| \pm E` straddles a power of two, past
       which the nearest number is that power of two or half an ulp of the binade above.
 
-    The bound is their sum divided by :math:`\mathrm{ulp}(\max(|y_i|, s_i))` in ``dtype``, with y_i and the
-    statistics computed by lneps (correctly rounded float64, their error allowed for) and the
+    The bound is their sum divided by :math:`\mathrm{ulp}(\max(|y_i|, s_i))` in ``dtype``,
+    with y_i and the statistics computed by lneps (correctly rounded float64, their error allowed for) and the
     whole enlarged by :math:`2^{-20}` relative for the float64 arithmetic of this function. It
     is a worst case: any summation order, every rounding error at its largest. On rows of
     N(0,1) numbers it is near 0.5 + a fraction of an ulp in float16 and bfloat16; in float32
-    the offset term D dominates (about d/2 ulp for N(0,1) rows), because a float32 ulp of the
+    the offset term D dominates (of order d ulp for N(0,1) rows), because a float32 ulp of the
     output is as fine as the float32 accumulation itself.
 
     x: float16, bfloat16 or float32, normalized over ``axis`` (an int or a tuple of trailing
