@@ -325,19 +325,19 @@ def _gamma_n(n):
     return n * U32 / (1 - n * U32)
 
 
-def _two_pass_error(d, mean_abs, r, z, y, gain, dt):
+def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
     """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
-    from d, mean|x|, r = 1/sqrt(var + eps), |z|, |y| and |gamma| (1 without a gain)."""
-    u, eta = U32, 2.0**-150
-    D = (_gamma_n(d + 1) * mean_abs + eta) * r  # |mu^ - m| r: the mean's error, in units of sigma
+    from d, mean|x|, r = 1/sqrt(var + eps), the core |x - mu| r, |y| and |gamma| (1 without a gain)."""
+    u32, eta = U32, 2.0**-150
+    D = (_gamma_n(d + 1) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
     rho_lo = _gamma_n(d + 5) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
     rho_hi = rho_lo + (1 + _gamma_n(d + 5)) * D * D
     psi = _gamma_n(2)  # the reciprocal square root
     R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
                    1 - (1 - psi) / np.sqrt(1 + rho_hi))
     R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
-    En = z * ((1 + R) * (1 + u) ** 2 - 1) + D * (1 + R) * (1 + u) ** 2 + eta  # |n^ - z|
-    Ec = gain * (En + u * (z + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
+    En = core * ((1 + R) * (1 + u32) ** 2 - 1) + D * (1 + R) * (1 + u32) ** 2 + eta  # |n^ - core|
+    Ec = gain * (En + u32 * (core + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
     E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
     lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
     return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
