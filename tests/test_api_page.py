@@ -6,7 +6,8 @@ from rendered import HTML, built_article, rendered_text
 DOCUMENTED = ["lneps.layer_norm", "lneps.rms_norm", "lneps.rms_norm_default_eps", "lneps.group_norm",
               "lneps.batch_norm", "lneps.layer_norm_backward", "lneps.rms_norm_backward",
               "lneps.layer_norm_eps_derivative", "lneps.testing.compare", "lneps.testing.assert_close",
-              "lneps.testing.families", "lneps.testing.Report", "lneps.testing.Family"]
+              "lneps.testing.families", "lneps.testing.two_pass_bound", "lneps.testing.Report",
+              "lneps.testing.Family"]
 
 
 def test_every_public_function_has_its_entry_and_docstring(built_book):

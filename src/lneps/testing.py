@@ -38,11 +38,12 @@ import ml_dtypes
 import numpy as np
 
 from . import norms
+from .formats import _finfo
 from ._checks import as_float_array, check_float_dtype, check_positive_int, check_real
 from .oracle import round_float64
 from .ulp import ulp
 
-__all__ = ["OPS", "DEFAULT", "Report", "compare", "assert_close", "Family", "families"]
+__all__ = ["OPS", "DEFAULT", "Report", "compare", "assert_close", "two_pass_bound", "Family", "families"]
 
 OPS = ("layer_norm", "rms_norm", "group_norm", "batch_norm")
 _FORMATS = tuple(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
@@ -147,6 +148,22 @@ def _scale(scale, g, op, axis, shape):
                          f"broadcast to actual's shape {shape}; pass scale=") from None
 
 
+def _bound(max_ulp, shape):
+    """``max_ulp`` checked: a float, or a float64 array broadcast to ``shape``."""
+    if np.ndim(max_ulp) == 0 and not isinstance(max_ulp, np.ndarray):
+        bound = check_real(max_ulp, "max_ulp")
+        if not bound >= 0:
+            raise ValueError(f"max_ulp must be >= 0; got {max_ulp!r}")
+        return bound
+    arr = _as_numpy(max_ulp, "max_ulp").astype(np.float64)
+    if not np.all(arr >= 0):
+        raise ValueError("max_ulp must be >= 0 everywhere (NaN is not a bound)")
+    try:
+        return np.broadcast_to(arr, shape)
+    except ValueError:
+        raise ValueError(f"max_ulp of shape {arr.shape} does not broadcast to actual's shape {shape}") from None
+
+
 @dataclass(frozen=True)
 class Report:
     """How ``actual`` compares with lneps, element by element (conventions: module docstring).
@@ -180,10 +197,10 @@ class Report:
         """Boolean mask of the elements whose error in ``metric`` exceeds ``max_ulp``: greater
         than it, or, at ``max_ulp=0.5`` exactly, equal to 0.5 without being r (a tie's odd
         neighbour, or the number just below a power of two whose exact value it is). So
-        ``max_ulp=0.5, metric="ulp"`` passes exactly the correctly rounded elements."""
-        bound = check_real(max_ulp, "max_ulp")
-        if not bound >= 0:
-            raise ValueError(f"max_ulp must be >= 0; got {max_ulp!r}")
+        ``max_ulp=0.5, metric="ulp"`` passes exactly the correctly rounded elements.
+        ``max_ulp`` is a number or an array broadcast against ``actual`` (one bound per
+        element, such as :func:`two_pass_bound`'s)."""
+        bound = _bound(max_ulp, self.actual.shape)
         if metric not in ("scaled", "ulp"):
             raise ValueError(f"metric must be 'scaled' or 'ulp'; got {metric!r}")
         err = self.scaled_error if metric == "scaled" else self.ulp_error
@@ -257,16 +274,23 @@ def assert_close(actual, x, *, op="layer_norm", max_ulp=1.0, metric="scaled", ga
     exceeds ``max_ulp`` (:meth:`Report.exceeding`: ``max_ulp=0.5, metric="ulp"`` demands
     every element correctly rounded); return the :class:`Report` otherwise.
 
-    The message names the worst element in that metric: its index, its input row, the exact,
-    correctly rounded and actual values, its errors, and how many of the n elements exceed.
-    Arguments as :func:`compare`.
+    ``max_ulp`` is a number or an array of per-element bounds broadcast against ``actual``:
+    ``max_ulp=two_pass_bound(x, gamma, beta, eps=eps)`` (scaled metric) passes every correct
+    two-pass float32 kernel. The message names the worst element in that metric (with an
+    array, the one furthest beyond its own bound, by ratio): its index, its input row, the
+    exact, correctly rounded and actual values, its errors, and how many of the n elements
+    exceed. Arguments as :func:`compare`.
     """
     report, xa, ax, kw = _compare(actual, x, op, gamma, beta, eps, axis, scale, op_kwargs)
     over = report.exceeding(max_ulp, metric)
     if not over.any():
         return report
     err = report.scaled_error if metric == "scaled" else report.ulp_error
-    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(over, err, -1.0))), err.shape))
+    bound = _bound(max_ulp, err.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        badness = err / bound if np.ndim(bound) else err
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(over, badness, -1.0))), err.shape))
+    limit = f"{max_ulp} ulp" if not np.ndim(bound) else f"their bound (here {float(bound[idx]):.6g} ulp)"
     if report.op == "group_norm":  # the (sample, group) slice the element was normalized with
         width = xa.shape[1] // kw["num_groups"]
         lo = idx[1] // width * width
@@ -282,7 +306,7 @@ def assert_close(actual, x, *, op="layer_norm", max_ulp=1.0, metric="scaled", ga
 
     rowtext = np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)
     raise AssertionError(
-        f"{int(over.sum())} of {report.n} elements exceed {max_ulp} ulp ({metric} metric; {report.op}, "
+        f"{int(over.sum())} of {report.n} elements exceed {limit} ({metric} metric; {report.op}, "
         f"{report.dtype})\nworst at index {idx}:\n"
         f"  input row {where} = {rowtext}\n"
         f"  exact             {show(report.exact[idx])}\n"
@@ -290,6 +314,143 @@ def assert_close(actual, x, *, op="layer_norm", max_ulp=1.0, metric="scaled", ga
         f"  actual            {show(report.actual[idx])}\n"
         f"  error             {report.ulp_error[idx]:.6g} ulp, {report.scaled_error[idx]:.6g} ulp scaled, "
         f"abs {abs(report.actual[idx] - report.exact[idx]):.6g}")
+
+
+#: Unit roundoff of float32, the accumulation format of :func:`two_pass_bound`'s model.
+U32 = 2.0**-24
+
+
+def _gamma_n(n):
+    """Higham's :math:`\\gamma_n = nu/(1-nu)` for float32: n roundings' worst relative error."""
+    return n * U32 / (1 - n * U32)
+
+
+def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
+    """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
+    from d, mean|x|, r = 1/sqrt(var + eps), the core |x - mu| r, |y| and |gamma| (1 without a gain)."""
+    u32, eta = U32, 2.0**-150
+    D = (_gamma_n(d + 1) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
+    rho_lo = _gamma_n(d + 5) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
+    rho_hi = rho_lo + (1 + _gamma_n(d + 5)) * D * D
+    psi = _gamma_n(2)  # the reciprocal square root
+    R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
+                   1 - (1 - psi) / np.sqrt(1 + rho_hi))
+    R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
+    En = core * ((1 + R) * (1 + u32) ** 2 - 1) + D * (1 + R) * (1 + u32) ** 2 + eta  # |n^ - core|
+    Ec = gain * (En + u32 * (core + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
+    E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
+    return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
+
+
+def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -> np.ndarray:
+    r"""Per element of layer norm's output, the largest scaled error (the ``metric="scaled"`` of
+    :func:`compare`: ulp of :math:`\max(|y|, s)`, s = :math:`|\gamma_i|` or 1) that a correct
+    two-pass float32 kernel can make: an error beyond it is a defect, not conditioning.
+
+    Model. x, gamma and beta are the numbers given (float16, bfloat16 or float32 values, all
+    exact in float32). The kernel, with every operation in float32 rounded to nearest
+    (u = 2^-24), underflow to subnormals allowed and no overflow:
+
+    1. :math:`\hat\mu` = the sum of the d numbers x_j in any order, divided by d (or times
+       fl(1/d));
+    2. :math:`t_j = \mathrm{fl}(x_j - \hat\mu)`, :math:`\hat\sigma^2` = the sum of
+       :math:`\mathrm{fl}(t_j^2)` (or fused multiply-adds) in any order, divided by d (or times
+       fl(1/d));
+    3. :math:`w = \mathrm{fl}(\hat\sigma^2 + \hat\varepsilon)`, :math:`\hat\varepsilon` =
+       eps rounded to float32;
+    4. :math:`\hat r` = 1/sqrt(w) within 1 float32 ulp (a correctly rounded or 1-ulp rsqrt,
+       or a rounded sqrt then a rounded division): relative error at most :math:`\gamma_2`;
+    5. :math:`c_i = \gamma_i \hat n_i + \beta_i` with :math:`\hat n_i = \mathrm{fl}(t_i \hat r)`,
+       its product and sum rounded (or fused), or :math:`t_i\,\mathrm{fl}(\hat r\gamma_i)`,
+       or :math:`\mathrm{fl}(t_i/\mathrm{fl}(\sqrt w))` for :math:`\hat n_i`;
+    6. the result rounded once to ``dtype`` (for float16 or bfloat16: after the float32
+       rounding of c).
+
+    Forward error analysis, with :math:`\gamma_k = ku/(1-ku)`, exact mean m, exact biased
+    variance :math:`\sigma^2`, :math:`r = (\sigma^2+\varepsilon)^{-1/2}`,
+    :math:`z_i = (x_i-m)r`, :math:`M = \frac1d\sum_j|x_j|` and :math:`\eta = 2^{-150}` (an
+    underflow):
+
+    * :math:`|\hat\mu - m| \le \gamma_{d+1} M + \eta`; in units of the output's scale,
+      :math:`D = (\gamma_{d+1} M + \eta) r` (the offset term: it grows with :math:`M/\sigma`, so
+      with :math:`|m|/\sigma`, and with d);
+    * since :math:`\sum_j (x_j - m) = 0`, :math:`w = (\sigma^2+\varepsilon)(1+\rho)` with
+      :math:`-\rho_- \le \rho \le \rho_+`, where :math:`\rho_- = \gamma_{d+5} + \nu r^2`,
+      :math:`\rho_+ = \rho_- + (1+\gamma_{d+5}) D^2` and :math:`\nu = 2^{-147}`;
+    * :math:`|\hat r/r - 1| \le R`, the larger of :math:`(1+\gamma_2)(1-\rho_-)^{-1/2} - 1`
+      and :math:`1 - (1-\gamma_2)(1+\rho_+)^{-1/2}`;
+    * :math:`|\hat n_i - z_i| \le E_n`, where
+      :math:`E_n = |z_i|\,((1+R)(1+u)^2 - 1)` :math:`{} + D(1+R)(1+u)^2 + \eta`
+      (it grows with :math:`|z_i|`);
+    * :math:`|c_i - y_i| \le E_c`, where :math:`E_c = |\gamma_i|\,(E_n + u(|z_i| + E_n))`
+      :math:`{} + \eta(1 + |\gamma_i|)`;
+    * for float16 or bfloat16 output, c is first rounded to float32, and
+      :math:`E = E_c + \tfrac12\mathrm{ulp}_{32}(|y_i| + E_c)` bounds its distance to
+      :math:`y_i` (:math:`E = E_c` for float32 output);
+    * the last rounding, to ``dtype``, adds at most the larger of
+      :math:`\tfrac12\mathrm{ulp}(|y_i| - E)` and :math:`\min(\tfrac12\mathrm{ulp}(|y_i| + E), 2E)`:
+      half an ulp at the value, unless :math:`|y_i| \pm E` straddles a power of two, past
+      which the nearest number is that power of two or half an ulp of the binade above.
+
+    The bound is their sum divided by :math:`\mathrm{ulp}(\max(|y_i|, s_i))` in ``dtype``,
+    with y_i and the statistics computed by lneps (correctly rounded float64, their error allowed for) and the
+    whole enlarged by :math:`2^{-20}` relative for the float64 arithmetic of this function. It
+    is a worst case: any summation order, every rounding error at its largest. On rows of
+    N(0,1) numbers it is near 0.5 + a fraction of an ulp in float16 and bfloat16; in float32
+    the offset term D dominates (of order d ulp for N(0,1) rows), because a float32 ulp of the
+    output is as fine as the float32 accumulation itself.
+
+    x: float16, bfloat16 or float32, normalized over ``axis`` (an int or a tuple of trailing
+    axes); gamma, beta: numbers exact in float32, broadcast like :func:`lneps.layer_norm`'s;
+    eps >= 0; dtype: the output format (default x's; float16, bfloat16 or float32). Returns a
+    float64 array of x's shape; ``inf`` where the model's float32 arithmetic could overflow or
+    where :math:`\rho_- \ge 1`.
+    """
+    xa = _as_numpy(x, "x")
+    small = _FORMATS[:3]
+    if xa.dtype not in small:
+        raise TypeError(f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input")
+    dt = xa.dtype if dtype is None else check_float_dtype(dtype)
+    if dt not in small:
+        raise TypeError(f"dtype must be float16, bfloat16 or float32; got {dt}")
+    e_ = check_real(eps, "eps")
+    if not e_ >= 0:
+        raise ValueError(f"eps must be >= 0; got {eps!r}")
+    gb = []
+    for v, name in ((gamma, "gamma"), (beta, "beta")):
+        if v is None:
+            gb.append(None)
+            continue
+        a = _as_numpy(v, name)
+        a64 = a.astype(np.float64)
+        with np.errstate(over="ignore"):
+            if not np.array_equal(a64.astype(np.float32).astype(np.float64), a64):
+                raise ValueError(f"{name} has values that float32 cannot hold; the model stores it in the input format")
+        gb.append(a)
+    g, b = gb
+    x64 = xa.astype(np.float64)
+    axes = _axes(axis, xa.ndim)
+    d = int(np.prod([xa.shape[a] for a in axes]))
+    z, _, rstd = norms.layer_norm(x64, eps=e_, axis=axis, return_stats=True)
+    y = norms.layer_norm(x64, g, b, eps=e_, axis=axis)
+    # |gamma| placed as layer_norm applies it (1 without a gain)
+    ag = 1.0 if g is None else np.abs(_scale(None, g, "layer_norm", axis, xa.shape))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        r = rstd * (1 + 2.0**-40)  # lneps's statistics and outputs, their float64 error allowed for
+        mabs = np.mean(np.abs(x64), axis=axes, keepdims=True) * (1 + 2.0**-40)
+        ya = np.abs(y)
+        err = _two_pass_error(d, mabs, r, np.abs(z) * (1 + 2.0**-50), ya, ag, dt)
+        out = err / ulp(np.fmax(ya, ag), dt) * (1 + 2.0**-20)
+        # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
+        # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
+        f32max = float(np.finfo(np.float32).max) * (1 - 2.0**-20)
+        var = np.mean(np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True)
+        dmu = _gamma_n(d + 1) * mabs
+        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + _gamma_n(d + 5)) > f32max)
+                 | (ya + err > float(_finfo(dt).max)))
+        out = np.where(risky | ~np.isfinite(out), np.inf, out)
+    return np.broadcast_to(out, xa.shape).astype(np.float64)
 
 
 Family = namedtuple("Family", "x gamma beta", defaults=(None, None))

@@ -1,0 +1,160 @@
+"""The chapter "Testing a kernel against the exact answer": its glued numbers, recomputed here.
+
+Errors are measured by hand (the exact value from lneps's float64 path, the ulp from the
+format's exponent) rather than through lneps.testing.compare; the stored PyTorch data are read
+with json, not through lneps.book.frameworks.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lneps
+from lneps.book import defective
+from lneps.testing import families, two_pass_bound
+from notebooks import glued, read
+
+NB = "testing_a_kernel.ipynb"
+ROOT = Path(__file__).resolve().parents[1]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _ulp(v, dtype):
+    fi = ml_dtypes.finfo(dtype)
+    m = np.abs(np.asarray(v, dtype=np.float64))
+    e = np.floor(np.log2(np.where(m > 0, m, 1.0)))
+    e = np.maximum(np.where(m > 0, e, fi.minexp), fi.minexp)
+    return 2.0 ** (e - fi.nmant)
+
+
+def _scaled(y, x, gamma=None, beta=None, eps=1e-5):
+    x64 = x.astype(np.float64)
+    e = lneps.layer_norm(x64, gamma, beta, eps=eps)
+    s = 1.0 if gamma is None else np.abs(gamma.astype(np.float64))
+    return np.abs(y.astype(np.float64) - e) / _ulp(np.fmax(np.abs(e), s), y.dtype)
+
+
+@pytest.fixture(scope="module")
+def g():
+    return glued(NB)
+
+
+def test_it_is_the_last_chapter_of_part_three():
+    toc = (ROOT / "_toc.yml").read_text()
+    part = toc.split('"Part III. In the wild"')[1].split("- caption")[0]
+    files = [line.split("file:")[1].strip() for line in part.splitlines() if "file:" in line]
+    assert files[-2:] == ["book/trained_network", "book/testing_a_kernel"]
+
+
+def test_the_naive_float16_layer(g):
+    x = families(np.float16, 768)["normal"].x
+    y = lneps.layer_norm(x, compute_dtype=np.float16)
+    err = _scaled(y, x)
+    assert g["naive_n"] == x.size
+    assert g["naive_over"] == int((err > 1).sum())
+    assert g["naive_worst"] == round(float(err.max()), 1)
+    r = lneps.layer_norm(x)
+    assert g["naive_correct"] == round(100 * float(np.mean(y == r)), 1)
+    assert g["naive_row"] == int(np.unravel_index(np.argmax(err), err.shape)[0])
+
+
+def test_the_torch_probes(g):
+    data = json.loads((ROOT / "src/lneps/book/data/frameworks/torch.json").read_text())
+    assert g["torch_version"] == data["versions"]["torch"]
+    probes = [p for p in data["probes"].values() if p["op"] == "layer_norm"]
+    assert g["n_probes"] == len(probes)
+    assert g["probe_out"] == data["probes"]["layer_norm | float16 | constant 60000 | 1e-12"]["output"][0] == -2048
+    fail_1 = fail_bound = 0
+    for p in probes:
+        dt = BF16 if p["dtype"] == "bfloat16" else np.dtype(p["dtype"])
+        x, y = np.array([p["input"]]).astype(dt), np.array([p["output"]]).astype(dt)
+        err = _scaled(y, x, eps=p["eps"])
+        fail_1 += bool((err > 1).any())
+        fail_bound += bool((err > two_pass_bound(x, eps=p["eps"])).any())
+        # every stored reference is the correctly rounded output
+        np.testing.assert_array_equal(lneps.layer_norm(x, eps=p["eps"])[0].astype(np.float64), p["reference"])
+    assert (g["probes_failed_1"], g["probes_failed_bound"]) == (fail_1, fail_bound) == (4, 0)
+
+
+def test_a_two_pass_kernel_gives_beta_on_constant_float16_rows():
+    for d in (8, 768, 2**13):
+        x = np.full((3, d), 60000.0, np.float16)
+        x[1], x[2] = np.float16(-3.5e-3), np.float16(1000.5)
+        beta = np.full(d, 0.25, np.float16)
+        y = defective.two_pass(x, np.ones(d, np.float16), beta, 1e-12)
+        assert np.all(y == beta)
+
+
+def test_the_summary_verdicts(g):
+    from lneps.book import frameworks as fw
+
+    data = json.loads((ROOT / "src/lneps/book/data/frameworks/torch.json").read_text())
+    rows = [r for r in data["results"] if r["op"] == "layer_norm" and r["d"] == 768 and r["eps"] == 1e-5
+            and not r["family"].startswith("hand")]
+    within = 0
+    for r in rows:
+        dt = BF16 if r["dtype"] == "bfloat16" else np.dtype(r["dtype"])
+        x = fw.measurement_rows(r["dtype"], 768)[r["family"]]
+        estimate = r["worst_abs"] / float(_ulp(1.0, dt)) + 0.5
+        ok = estimate <= two_pass_bound(x, eps=1e-5).min()
+        within += ok
+        if r["dtype"] == "float32":
+            assert ok, r["family"]
+    assert (g["torch_cells"], g["torch_within"]) == (len(rows), within)
+    assert g["torch_f32_within"] is True
+
+
+def test_the_bounds_quoted(g):
+    def top(dtype, family, d):
+        return float(two_pass_bound(families(dtype, d, rows=8)[family].x).max())
+
+    assert g["b16_768"] == round(top(np.float16, "normal", 768), 2)
+    assert g["bbf_768"] == round(top(BF16, "normal", 768), 2)
+    assert g["b16_4096"] == round(top(np.float16, "normal", 4096), 2)
+    assert g["b32_768"] == round(top(np.float32, "normal", 768))
+    assert g["b16off_768"] == round(top(np.float16, "offset", 768), 1)
+    mantissa, exponent = f"{top(np.float32, 'offset', 768):.1e}".split("e+")
+    assert g["b32off_768"] == f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    # the prose: below one ulp in float16 and bfloat16, hundreds in float32
+    assert 0.5 < g["bbf_768"] < g["b16_768"] < g["b16_4096"] < 1 < 100 < g["b32_768"]
+    # exercise 2: D = gamma_{d+1} M r for offset float16 rows (M about 2^7, r about 1)
+    d, u = 768, 2.0**-24
+    assert (d + 1) * u * 2**7 == pytest.approx(0.006, rel=0.03)
+    assert math.sqrt(2 / math.pi) == pytest.approx(0.8, abs=0.01)  # E|N(0,1)|
+
+
+def _share(kernel, dtype, d, family, rows=16):
+    x, gm, b = families(dtype, d, rows=rows)[family]
+    with np.errstate(all="ignore"):
+        y = kernel(x, gm, b, 1e-5)
+    return float(np.mean(_scaled(y, x, gm, b) > two_pass_bound(x, gm, b)))
+
+
+def test_the_defect_table(g):
+    assert g["correct_clean"] is True
+    for name in families(np.float16, 768):
+        assert _share(defective.two_pass, np.float16, 768, name) == 0
+    assert g["onepass_near"] == round(100 * _share(defective.one_pass, np.float16, 768, "near_constant"))
+    assert g["onepass_offset16"] == round(100 * _share(defective.one_pass, np.float16, 768, "offset")) == 0
+    assert g["onepass_offset32"] == round(100 * _share(defective.one_pass, np.float32, 768, "offset"))
+    assert g["affine_cancel"] == round(100 * _share(defective.affine_in_input_format, np.float16, 768,
+                                                    "cancelling_beta"))
+    assert g["affine_only"] == "cancelling_beta"
+    assert g["eps10_near"] == round(100 * _share(defective.wrong_eps, np.float16, 768, "near_constant"))
+    assert g["unbiased_normal"] == round(100 * _share(defective.unbiased, np.float16, 768, "normal"))
+    assert g["unbiased_bf64"] == round(100 * _share(defective.unbiased, BF16, 64, "normal"))
+    assert g["unbiased_bf768"] == round(100 * _share(defective.unbiased, BF16, 768, "normal"))
+    caught = {n: sum(_share(k, np.float16, 768, n) > 0 for k in list(defective.KERNELS.values())[1:])
+              for n in families(np.float16, 768)}
+    assert g["constant_catches"] == caught["constant"]
+    assert g["best_family_n"] == max(caught.values()) == caught[g["best_family"]]
+    assert sorted(caught.values())[-2] < max(caught.values())  # one family catches the most
+
+
+def test_no_framework_is_imported():
+    code = "\n".join(c.source for c in read(NB).cells if c.cell_type == "code")
+    assert "import torch" not in code and "jax" not in code
