@@ -68,16 +68,22 @@ def test_the_torch_probes(g):
     probes = [p for p in data["probes"].values() if p["op"] == "layer_norm"]
     assert g["n_probes"] == len(probes)
     assert g["probe_out"] == data["probes"]["layer_norm | float16 | constant 60000 | 1e-12"]["output"][0] == -2048
-    fail_1 = fail_bound = 0
-    for p in probes:
+    fail_1, fail_bound = 0, []
+    for key, p in data["probes"].items():
+        if p["op"] != "layer_norm":
+            continue
         dt = BF16 if p["dtype"] == "bfloat16" else np.dtype(p["dtype"])
         x, y = np.array([p["input"]]).astype(dt), np.array([p["output"]]).astype(dt)
         err = _scaled(y, x, eps=p["eps"])
         fail_1 += bool((err > 1).any())
-        fail_bound += bool((err > two_pass_bound(x, eps=p["eps"])).any())
+        if (err > two_pass_bound(x, eps=p["eps"])).any():
+            fail_bound.append(key)
         # every stored reference is the correctly rounded output
         np.testing.assert_array_equal(lneps.layer_norm(x, eps=p["eps"])[0].astype(np.float64), p["reference"])
-    assert (g["probes_failed_1"], g["probes_failed_bound"]) == (fail_1, fail_bound) == (4, 0)
+    assert (g["probes_failed_1"], g["probes_failed_bound"]) == (fail_1, len(fail_bound)) == (4, 1)
+    # the one beyond the bound: -2048 where a normalized value of 8 numbers is at most sqrt(8)
+    assert fail_bound == ["layer_norm | float16 | constant 60000 | 1e-12"]
+    assert np.sqrt(8) * 1024 < g["probe_bound_value"] < np.sqrt(8) * 1024 * 1.001
 
 
 def test_a_two_pass_kernel_gives_beta_on_constant_float16_rows():

@@ -546,6 +546,29 @@ def test_the_bound_by_hand_on_a_constant_row():
     assert bound == pytest.approx(D / 2.0**-23, rel=1e-5)
 
 
+def test_the_bound_is_capped_by_the_size_of_a_normalized_value():
+    # On a constant float32 row whose float32 mean rounds, t_i = x_i - mu^ is one float32 ulp
+    # and, with a tiny eps, a correct kernel returns about +-1 where the exact answer is 0: the
+    # offset term alone allows millions of ulp of that. But t_i^2 is one of the squares summed,
+    # so |n^_i| <= sqrt(d)(1 + O(u)): the bound is capped there, and still holds.
+    d, eps = 8, 1e-12
+    x = np.full((3, d), [[60000.3], [1.1], [-7.7]], dtype=np.float32)
+    bound = two_pass_bound(x, eps=eps)
+    cap = np.sqrt(d) * (1 + 2.0**-18) / 2.0**-23 + 1  # in ulp of 1 (y = 0, no gain), the roundings allowed
+    assert np.all(bound <= cap) and np.all(bound[0] > np.sqrt(d) / 2.0**-23)  # row 0: the cap binds
+    seen = 0.0
+    for total, rsqrt, reciprocal in VARIANTS:
+        y = _two_pass(x, None, None, eps, total, rsqrt, reciprocal)
+        seen = max(seen, float(np.abs(y.astype(np.float64)).max()))
+        assert not compare(y, x, eps=eps).exceeding(bound).any()
+    assert seen > 0.5  # the rounded mean does show, amplified to the size of a normalized value
+    # Far beyond the size of a normalized value: what a running-mean kernel returned for eight
+    # float16 numbers 60000 with eps = 1e-12 (chapter "What the frameworks compute").
+    x16 = np.full((1, d), 60000, np.float16)
+    y16 = np.full((1, d), -2048, np.float16)
+    assert compare(y16, x16, eps=eps).exceeding(two_pass_bound(x16, eps=eps)).all()
+
+
 def test_known_defects_exceed_the_bound():
     # a one-pass E[x^2] - mu^2 float32 kernel on offset rows
     x = families(np.float32, 64)["offset"].x

@@ -338,6 +338,21 @@ def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
     R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
     En = core * ((1 + R) * (1 + u32) ** 2 - 1) + D * (1 + R) * (1 + u32) ** 2 + eta  # |n^ - core|
     Ec = gain * (En + u32 * (core + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
+    return _rounded_once(Ec, y, dt)
+
+
+def _two_pass_cap(d, core, gain):
+    r"""A bound on |kernel - y| whatever the conditioning: in a two-pass kernel t_i^2 is one of
+    the squares it sums, so :math:`|\hat n_i| \le N = \sqrt d\,(1+u)(1+\gamma_2)/\sqrt{1-\gamma_{d+5}}`
+    (given eps in float32 above the squares' underflow), and :math:`|\hat c_i - y_i| \le
+    |\gamma_i|(N(1+u) + |u_i|)`."""
+    N = np.sqrt(d) * (1 + U32) * (1 + _gamma_n(2)) / np.sqrt(1 - _gamma_n(d + 5))
+    return gain * (N * (1 + U32) + core) + 2.0**-150 * (1 + gain)
+
+
+def _rounded_once(Ec, y, dt):
+    """|result - y| given |c - y| <= Ec for the float32 value c the kernel rounds to dt (y's
+    own float64 error allowed for)."""
     E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
     lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
     return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
@@ -393,6 +408,15 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
       half an ulp at the value, unless :math:`|y_i| \pm E` straddles a power of two, past
       which the nearest number is that power of two or half an ulp of the binade above.
 
+    Whatever the conditioning, :math:`t_i^2` is one of the squares summed into
+    :math:`\hat\sigma^2`, so :math:`|\hat n_i| \le N`, where
+    :math:`N = \sqrt d\,(1+u)(1+\gamma_2)` :math:`{}/\sqrt{1-\gamma_{d+5}}`, when
+    :math:`\hat\varepsilon \ge 2^{-140}` (far above the squares' underflow); then
+    :math:`|c_i - y_i| \le |\gamma_i|(N(1+u) + |z_i|)` :math:`{} + \eta(1+|\gamma_i|)`
+    replaces :math:`E_c` where it is smaller: where a mean's rounding is amplified without
+    limit (a nearly constant row, a tiny ε), a correct kernel's output still has the size of a
+    normalized value, and one far outside it is a defect.
+
     The bound is their sum divided by :math:`\mathrm{ulp}(\max(|y_i|, s_i))` in ``dtype``,
     with y_i and the statistics computed by lneps (correctly rounded float64, their error allowed for) and the
     whole enlarged by :math:`2^{-20}` relative for the float64 arithmetic of this function. It
@@ -440,7 +464,10 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         r = rstd * (1 + 2.0**-40)  # lneps's statistics and outputs, their float64 error allowed for
         mabs = np.mean(np.abs(x64), axis=axes, keepdims=True) * (1 + 2.0**-40)
         ya = np.abs(y)
-        err = _two_pass_error(d, mabs, r, np.abs(z) * (1 + 2.0**-50), ya, ag, dt)
+        core = np.abs(z) * (1 + 2.0**-50)
+        err = _two_pass_error(d, mabs, r, core, ya, ag, dt)
+        if float(np.float32(e_)) >= 2.0**-140:  # eps in float32 far above the squares' underflow
+            err = np.fmin(err, _rounded_once(_two_pass_cap(d, core, ag), ya, dt))
         out = err / ulp(np.fmax(ya, ag), dt) * (1 + 2.0**-20)
         # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
         # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
