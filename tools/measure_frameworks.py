@@ -36,7 +36,7 @@ from lneps.book import frameworks as FW
 ROOT = Path(__file__).resolve().parents[1]
 # The stored measurements: this checkout's package data, the files to rewrite and compare with
 # (not FW.DATA_DIR, which for a non-editable install lies inside site-packages).
-STORED = ROOT / "src" / "lneps" / "data" / "frameworks"
+STORED = ROOT / "src" / "lneps" / "book" / "data" / "frameworks"
 BF16 = ml_dtypes.bfloat16
 SIMD_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
               "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_tile", "amx_fp16")

@@ -19,6 +19,9 @@ Error summary
     the error against the exact value in ulp of :math:`\max(|y_{\mathrm{exact}}|, 1)` (the rows
     have no gain, so s = 1), over every element, exact zeros included (there it is the error in
     ulp of 1), ``inf`` for a NaN or infinite output where the answer is finite.
+    ``beyond_bound`` (layer norm in float16, bfloat16 and float32): how many outputs are
+    further from the exact value than any correct two-pass float32 kernel can be
+    (:func:`lneps.testing.two_pass_bound`): defects, not conditioning.
 
 JSON has no NaN or infinity, so :func:`dump` writes them as the strings ``"nan"``, ``"inf"``
 and ``"-inf"``, and :func:`load` reads them back as floats.
@@ -65,7 +68,7 @@ __all__ = [
 ]
 
 # Package data (pyproject.toml), so an installed lneps finds it, not only a source checkout.
-SCHEMA = 2  # 2: result rows carry worst_scaled
+SCHEMA = 3  # 2: result rows carry worst_scaled; 3: layer norm rows carry beyond_bound
 DATA_DIR = Path(__file__).resolve().parent / "data" / "frameworks"
 FRAMEWORKS = ("torch", "flax", "onnxruntime", "onnx_reference")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -151,10 +154,15 @@ def error_summary(y, reference, dtype, *, x=None, op="layer_norm", eps=1e-5) -> 
         err = ulp_error(y64, r64, dt)
         absdiff = np.abs(y64 - r64)
     nonzero = ~zero
+    beyond = None
     if x is not None:
         from .. import testing  # lneps.testing: the metric the chapter leads with
 
-        scaled = testing.compare(np.asarray(y), np.asarray(x), op=op, eps=eps).max_ulp_scaled
+        report = testing.compare(np.asarray(y), np.asarray(x), op=op, eps=eps)
+        scaled = report.max_ulp_scaled
+        if op == "layer_norm" and dt != np.float64 and np.asarray(x).dtype == dt:
+            # beyond what any correct two-pass float32 kernel can reach: a defect, not conditioning
+            beyond = int(report.exceeding(testing.two_pass_bound(np.asarray(x), eps=eps)).sum())
     else:
         with np.errstate(invalid="ignore"):
             same = (y64 == r64) | (np.isnan(y64) & np.isnan(r64))
@@ -173,6 +181,7 @@ def error_summary(y, reference, dtype, *, x=None, op="layer_norm", eps=1e-5) -> 
         "zero_ref_wrong": int(np.sum(zero & (y64 != 0))),
         "worst_abs_at_zero": float(absdiff[zero & finite].max()) if (zero & finite).any() else 0.0,
         "worst_scaled": float(scaled),
+        **({} if beyond is None else {"beyond_bound": beyond}),
     }
 
 
@@ -255,6 +264,9 @@ def validate(data: dict) -> None:
             raise ValueError(f"results[{i}] has counts outside 0..n: {row}")
         if row["correct"] > row["within_1ulp"]:
             raise ValueError(f"results[{i}]: more correct than within 1 ulp")
+        if row["op"] == "layer_norm" and not (isinstance(row.get("beyond_bound"), int)
+                                              and 0 <= row["beyond_bound"] <= row["n"]):
+            raise ValueError(f"results[{i}].beyond_bound must be a count in 0..n for layer_norm rows")
     for i, row in enumerate(data["unsupported"]):
         if not {"op", "dtype", "error"} <= set(row):
             raise ValueError(f"unsupported[{i}] needs op, dtype and error")
@@ -272,6 +284,9 @@ def _merge(rows: list[dict]) -> dict:
         for k in ("worst_ulp", "worst_abs", "worst_abs_at_zero", "worst_scaled"):
             out[k] = max(out[k], r[k])
     out["share_correct"] = out["correct"] / out["n"] if out["n"] else math.nan
+    if rows and all("beyond_bound" in r for r in rows):
+        out["beyond_bound"] = sum(r["beyond_bound"] for r in rows)
+        out["share_beyond_bound"] = out["beyond_bound"] / out["n"] if out["n"] else math.nan
     out["share_within_1ulp"] = out["within_1ulp"] / out["n"] if out["n"] else math.nan
     return out
 
@@ -360,7 +375,8 @@ def summary_rows(data_all: dict[str, dict]) -> list[dict]:
     joined on its keys ``framework``, ``op``, ``dtype``, ``family``.
 
     Each row has :func:`aggregate`'s counts and worst cases (``worst_scaled`` first among
-    them), ``nonfinite`` (NaN and inf outputs) and ``worst_d`` (the row length of the worst
+    them; for layer norm also ``beyond_bound`` and ``share_beyond_bound``, the outputs beyond
+    a correct two-pass kernel's bound), ``nonfinite`` (NaN and inf outputs) and ``worst_d`` (the row length of the worst
     scaled error). Combinations a framework does not run are left out.
     """
     out = []
