@@ -54,8 +54,9 @@ WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")  # what tests/conftest.py cou
 NEW_CHAPTERS = ("backward_pass.ipynb", "trained_network.ipynb")
 TARGETS = {"new_chapter_own_work_s": 3.0, "cold_over_floor": 1.3, "warm_rebuild_s": 3.0, "check_jacobian_64_s": 2.0, "make_test_s": 120.0}
 
-# Never copied: the venv (linked instead), build output, git internals, caches.
-SKIP_TOP = {".venv", "_build", ".git"}
+# Never copied: the venv (linked instead), build output, git internals, caches, and the arm64
+# root of `make portable-arm64` (a Debian tree whose /dev/zero a copy would read forever).
+SKIP_TOP = {".venv", "_build", ".git", ".arm64"}
 SKIP_ANY = {"__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints", ".jupyter_cache"}
 
 
@@ -67,6 +68,10 @@ def copy_tree(dst: Path) -> None:
     def ignore(folder, names):
         here = Path(folder).resolve()
         skip = {n for n in names if n in SKIP_ANY or n.endswith(".egg-info")}
+        # only files, folders and links: never a device node or a pipe
+        skip |= {n for n in names if not (os.path.islink(os.path.join(folder, n))
+                                          or os.path.isfile(os.path.join(folder, n))
+                                          or os.path.isdir(os.path.join(folder, n)))}
         if here == ROOT:
             skip |= SKIP_TOP & set(names)
         if here == ROOT / "bench":
