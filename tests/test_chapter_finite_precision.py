@@ -553,3 +553,28 @@ def test_the_appendix_carries_the_verification(built_pages):
     assert appendix.get("numbered") is False
 
 
+
+
+def test_defects_beyond_a_correct_kernels_bound(g):
+    # Recomputed apart from the survey: the same rows (the survey's draws, in its order), each
+    # method's output graded by lneps.testing.compare against two_pass_bound.
+    import lneps.testing as lt
+
+    beyond = {}
+    for low in (F16, BF16):
+        rng, methods = np.random.default_rng(2026), ln_methods(low)
+        count = {m: 0 for m in methods}
+        n = 0
+        for family in P.FAMILIES:
+            for d in DS:
+                x = P.family_rows(family, rng, max(4096 // d, 1), d, low)
+                limit = lt.two_pass_bound(x, eps=EPS)
+                n += x.size
+                for m, f in methods.items():
+                    with np.errstate(all="ignore"):
+                        count[m] += int(lt.compare(f(x), x, eps=EPS).exceeding(limit).sum())
+        beyond[low] = {m: c / n for m, c in count.items()}
+        for m in ("float32 two-pass", "float32 Welford", "float64 two-pass", "lneps default"):
+            assert beyond[low][m] == 0, (low, m)
+        assert beyond[low]["float32 one-pass"] > 0
+    assert g["onepass_beyond_f16"] == pytest.approx(beyond[F16]["float32 one-pass"], rel=1e-12)

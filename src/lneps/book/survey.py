@@ -70,7 +70,10 @@ class Accuracy:
     (its ``max_ulp_scaled``; ``inf`` likewise); ``correct`` the
     share of all elements equal to the correctly rounded value; ``zeros`` the number of
     elements whose exact value is 0, and ``zeros_missed`` how many of those came out nonzero;
-    ``nonfinite`` the NaN and inf outputs; ``elements`` the count.
+    ``nonfinite`` the NaN and inf outputs; ``elements`` the count; ``beyond`` how many
+    elements are further off than any correct two-pass float32 kernel can be
+    (:func:`lneps.testing.two_pass_bound`), None where that bound does not apply (RMS norm,
+    float64).
     """
 
     worst_ulp: float
@@ -80,11 +83,13 @@ class Accuracy:
     zeros_missed: int
     nonfinite: int
     elements: int
+    beyond: int | None = None
 
 
-def accuracy(result, value, bound, rounded, dtype) -> Accuracy:
+def accuracy(result, value, bound, rounded, dtype, limit=None) -> Accuracy:
     """:class:`Accuracy` of ``result`` from the oracle's float64 ``value`` of the exact answer,
-    its error ``bound`` and the correctly rounded answer ``rounded`` (all the same shape)."""
+    its error ``bound`` and the correctly rounded answer ``rounded`` (all the same shape);
+    ``limit``, if given, is a correct kernel's largest scaled error per element."""
     res = np.asarray(result).astype(np.float64)
     value, bound, rounded = (np.asarray(a, dtype=np.float64) for a in (value, bound, rounded))
     exact_zero = (value == 0) & (bound <= 2.0**-1070)
@@ -102,6 +107,7 @@ def accuracy(result, value, bound, rounded, dtype) -> Accuracy:
         zeros_missed=int((exact_zero & (res != 0)).sum()),
         nonfinite=int((~finite).sum()),
         elements=int(res.size),
+        beyond=None if limit is None else int(np.sum(scaled > np.asarray(limit))),
     )
 
 
@@ -121,6 +127,7 @@ def combine(survey: dict, method: str, family: str | None = None) -> Accuracy:
         zeros_missed=sum(a.zeros_missed for a in parts),
         nonfinite=sum(a.nonfinite for a in parts),
         elements=n,
+        beyond=None if any(a.beyond is None for a in parts) else sum(a.beyond for a in parts),
     )
 
 
@@ -131,10 +138,12 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
 
     For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
     ``dtype``); ``methods[name](x)`` must return the normalized rows. Returns
-    ``{(name, family, d): Accuracy}``. ``counts`` (a dict), if given, accumulates
+    ``{(name, family, d): Accuracy}``, with ``beyond`` counted against
+    :func:`lneps.testing.two_pass_bound` for layer norm in 16- and 32-bit formats. ``counts`` (a dict), if given, accumulates
     ``elements`` and ``settled``: how many the oracle had to decide in exact arithmetic.
     """
     from .. import oracle  # the oracle is slow to import for nothing else
+    from .. import testing
 
     if kind not in ("layer", "rms"):
         raise ValueError(f"kind must be 'layer' or 'rms'; got {kind!r}")
@@ -154,8 +163,10 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
             if counts is not None:
                 counts["elements"] = counts.get("elements", 0) + x.size
                 counts["settled"] = counts.get("settled", 0) + settled
+            # what a correct two-pass float32 kernel can reach, element by element (layer norm)
+            limit = testing.two_pass_bound(x, eps=eps) if kind == "layer" and dt.itemsize < 8 else None
             for name, method in methods.items():
-                out[name, family, d] = accuracy(method(x), value, bound, rounded, dt)
+                out[name, family, d] = accuracy(method(x), value, bound, rounded, dt, limit)
     return out
 
 
