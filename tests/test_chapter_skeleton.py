@@ -1,5 +1,5 @@
-"""Every chapter follows the reader's path of the plan: it opens with "In this chapter" (what
-you will learn, what to know first) and closes with a Summary whose numbers are computed and
+"""Every chapter follows the reader's path of the plan: it opens with "In this chapter" (the
+question it answers, what the reader can do afterwards, what to know first) and closes with a Summary whose numbers are computed and
 2-5 Exercises with solutions in dropdowns, one of which asks the reader to change and run code.
 
 Read from the built HTML (the session fixture built_book) for every notebook chapter of
@@ -64,7 +64,9 @@ def test_opens_with_in_this_chapter(pages, page):
              a.select_one(".admonition-title").get_text(strip=True) == "In this chapter"]
     assert len(boxes) == 1, f"{page.html}: no 'In this chapter' box"
     text = boxes[0].get_text(" ")
-    assert "You will learn" in text and "You should know" in text
+    # the question the chapter answers, what the reader can do afterwards, what to know first
+    for phrase in ("The question.", "Afterwards you can", "You should know"):
+        assert phrase in text, f"{page.html}: the 'In this chapter' box lacks {phrase!r}"
     # it comes before the first section of the chapter
     first_h2 = main.find("h2")
     assert first_h2 is None or boxes[0].find_all_next("h2")[:1] == [first_h2]
