@@ -246,7 +246,7 @@ def test_the_scaled_error_is_lneps_testings():
                 y = method(x)
                 value, bound = lneps.oracle.layer_norm_value(x, eps=EPS)
                 acc = P.accuracy(y, value, bound, lneps.oracle.layer_norm(x, eps=EPS, dtype=low), low)
-                report = lt.compare(y, x, eps=EPS)
+                report = lt.compare(y, x=x, eps=EPS)
                 if math.isfinite(acc.worst_scaled):
                     assert acc.worst_scaled == pytest.approx(report.max_ulp_scaled, rel=1e-6, abs=1e-9), (low, family, name)
                 else:
@@ -378,11 +378,11 @@ def test_pytorch_section(g, a):
     # lneps.testing's scaled error (ulp of max(|exact|, |gamma|)), checked against the oracle.
     exact, _ = lneps.oracle.layer_norm_value(x, gamma, beta, eps=EPS)
     for key, y in (("fused", fused), ("recipe", recipe)):
-        r = lt.compare(y, x, gamma=gamma, beta=beta, eps=EPS)
+        r = lt.compare(y, x=x, gamma=gamma, beta=beta, eps=EPS)
         assert g[f"{key}_scaled"] == pytest.approx(r.max_ulp_scaled, rel=1e-12)
         by_hand = np.max(np.abs(y.astype(F64) - exact) / P.ulp(np.fmax(np.abs(exact), np.abs(gamma)), F16))
         assert r.max_ulp_scaled == pytest.approx(by_hand, rel=1e-6)
-    assert g["recipe_ulp"] == pytest.approx(lt.compare(recipe, x, gamma=gamma, beta=beta, eps=EPS).max_ulp, rel=1e-12)
+    assert g["recipe_ulp"] == pytest.approx(lt.compare(recipe, x=x, gamma=gamma, beta=beta, eps=EPS).max_ulp, rel=1e-12)
     assert g["recipe_ulp"] == pytest.approx(P.worst_ulp_error(recipe, exact, F16), rel=1e-6)
     assert g["fused_scaled"] < 0.51 < 1 < g["recipe_scaled"] < 10 < 100 < g["recipe_ulp"]
     # Quoted from pytorch/pytorch#66707 ("Mismatched elements: 290 / 640", "Greatest absolute
@@ -572,7 +572,7 @@ def test_defects_beyond_a_correct_kernels_bound(g):
                 n += x.size
                 for m, f in methods.items():
                     with np.errstate(all="ignore"):
-                        count[m] += int(lt.compare(f(x), x, eps=EPS).exceeding(limit).sum())
+                        count[m] += int(lt.compare(f(x), x=x, eps=EPS).exceeding(limit).sum())
         beyond[low] = {m: c / n for m, c in count.items()}
         for m in ("float32 two-pass", "float32 Welford", "float64 two-pass", "lneps default"):
             assert beyond[low][m] == 0, (low, m)

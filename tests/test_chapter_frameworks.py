@@ -88,6 +88,6 @@ def test_numbers_typed_into_the_prose_and_exercises():
     mu = np.mean(x, axis=1, keepdims=True)
     var = np.mean((x - mu) ** 2, axis=1, keepdims=True)
     y = (x - mu) / np.sqrt(var + F32(1e-5))
-    r = lneps.testing.compare(y, x, eps=float(F32(1e-5)))
+    r = lneps.testing.compare(y, x=x, eps=float(F32(1e-5)))
     assert 200 < r.max_ulp_scaled < 1000 and r.max_ulp > 1e5
     assert float(P.ulp(1000.0, np.float32)) / 2 == 2.0**-15 and 2.0**-15 / 2.0**-23 == 256

@@ -235,7 +235,7 @@ def test_worst_scaled_is_lneps_testing_scaled_error():
     y = lneps.layer_norm(x, eps=1e-5, compute_dtype=F16)
     ref = lneps.layer_norm(x, eps=1e-5)
     s = FW.error_summary(y, ref, "float16", x=x, op="layer_norm", eps=1e-5)
-    assert s["worst_scaled"] == lneps.testing.compare(y, x, eps=1e-5).max_ulp_scaled > 1
+    assert s["worst_scaled"] == lneps.testing.compare(y, x=x, eps=1e-5).max_ulp_scaled > 1
     for fw, d in [("torch", DATA["torch"])]:
         for key, p in d["probes"].items():
             if p["op"] == "group_norm":
@@ -245,7 +245,7 @@ def test_worst_scaled_is_lneps_testing_scaled_error():
             row = FW.find(d, op=p["op"], dtype=p["dtype"], family=f"hand: {p['row']}", d=8, eps=p["eps"])
             op = "rms_norm" if p["op"] == "rms_norm" else "layer_norm"
             assert len(row) == 1, key
-            assert row[0]["worst_scaled"] == lneps.testing.compare(y, x, op=op, eps=p["eps"]).max_ulp_scaled, (fw, key)
+            assert row[0]["worst_scaled"] == lneps.testing.compare(y, x=x, op=op, eps=p["eps"]).max_ulp_scaled, (fw, key)
 
 
 def test_summary_rows_and_the_eps_rule():

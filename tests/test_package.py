@@ -65,10 +65,10 @@ USE = textwrap.dedent("""
     x64, dy = x.astype(np.float64), np.ones((8, 64))
     assert lneps.layer_norm_backward(x64, dy).x.shape == x.shape
     assert lneps.rms_norm_backward(x64, dy).x.shape == x.shape
-    report = lneps.testing.assert_close(lneps.layer_norm(x), x)
+    report = lneps.testing.assert_close(lneps.layer_norm(x), x=x, eps=1e-5)
     assert report.n == x.size, report
     try:
-        lneps.testing.assert_close(lneps.layer_norm(x) * bf16(1.5), x)
+        lneps.testing.assert_close(lneps.layer_norm(x) * bf16(1.5), x=x, eps=1e-5)
     except AssertionError:
         pass
     else:
@@ -128,6 +128,14 @@ def test_book_extra_has_the_book_dependencies():
     assert book == set(BOOK_ONLY)
 
 
+def test_hypothesis_extra_is_only_for_the_strategies():
+    assert [_name(d) for d in PYPROJECT["project"]["optional-dependencies"]["hypothesis"]] == ["hypothesis"]
+    users = [p.relative_to(SRC).as_posix() for p in sorted(SRC.rglob("*.py")) if "hypothesis" in _third_party_imports(p)]
+    assert users == ["testing/strategies.py"]
+    init = (SRC / "testing" / "__init__.py").read_text(encoding="utf-8")
+    assert "strategies" not in init.split('"""')[-1]  # import lneps.testing never imports Hypothesis
+
+
 def _third_party_imports(path: Path) -> set[str]:
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -142,7 +150,9 @@ def test_every_import_of_the_package_is_declared():
     # Anything a module of src/lneps imports, at module level or inside a function, is a
     # dependency or in the book extra; torch only ever for lneps.testing's torch tensors.
     declared = DEPENDENCIES | set(BOOK_ONLY) | {"torch"}
-    undeclared = {str(p.relative_to(SRC)): sorted(_third_party_imports(p) - declared) for p in sorted(SRC.rglob("*.py"))}
+    optional = {"testing/strategies.py": {"hypothesis"}}  # the hypothesis extra
+    undeclared = {str(p.relative_to(SRC)): sorted(_third_party_imports(p) - declared - optional.get(p.relative_to(SRC).as_posix(), set()))
+                  for p in sorted(SRC.rglob("*.py"))}
     assert not {k: v for k, v in undeclared.items() if v}
 
 
@@ -152,7 +162,8 @@ def test_the_reference_never_needs_the_book():
     reference = [p for p in sorted(SRC.rglob("*.py")) if "book" not in p.relative_to(SRC).parts]
     assert len(reference) > 10
     for p in reference:
-        assert _third_party_imports(p) <= DEPENDENCIES | {"torch"}, p
+        extra = {"hypothesis"} if p.name == "strategies.py" else set()
+        assert _third_party_imports(p) <= DEPENDENCIES | {"torch"} | extra, p
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):

@@ -34,7 +34,7 @@ def _p(dtype):
 def test_lneps_default_passes_half_an_ulp_on_every_family(dtype):
     for name, (x, g, b) in families(dtype, 64).items():
         y = lneps.layer_norm(x, g, b)
-        report = assert_close(y, x, gamma=g, beta=b, max_ulp=0.5, metric="ulp")
+        report = assert_close(y, x=x, gamma=g, beta=b, max_ulp=0.5, metric="ulp", eps=1e-5)
         assert report.correctly_rounded == 1.0, name
         assert 0 <= report.max_ulp <= 0.5, name
         assert report.n == x.size and report.dtype == np.dtype(dtype) and report.uncertain == 0
@@ -43,7 +43,7 @@ def test_lneps_default_passes_half_an_ulp_on_every_family(dtype):
 @pytest.mark.parametrize("dtype", SMALL, ids=str)
 def test_the_reference_is_the_exact_oracles(dtype):
     for name, (x, g, b) in families(dtype, 32, rows=16).items():
-        report = compare(lneps.layer_norm(x, g, b), x, gamma=g, beta=b)
+        report = compare(lneps.layer_norm(x, g, b), x=x, gamma=g, beta=b, eps=1e-5)
         r = oracle.layer_norm(x, g, b, eps=1e-5, dtype=dtype)
         np.testing.assert_array_equal(report.reference, r, err_msg=name)
         value, bound = oracle.layer_norm_value(x, g, b, eps=1e-5)
@@ -53,12 +53,12 @@ def test_the_reference_is_the_exact_oracles(dtype):
 def test_float64_errors_are_measured_against_the_correctly_rounded_value():
     x = families(np.float64, 16)["normal"].x
     y = lneps.layer_norm(x)
-    report = compare(y, x)
+    report = compare(y, x=x, eps=1e-5)
     assert (report.max_ulp, report.correctly_rounded) == (0.0, 1.0)
     np.testing.assert_array_equal(report.exact, y)
     bad = y.copy()
     bad[2, 3] = np.nextafter(bad[2, 3], np.inf)
-    report = compare(bad, x)
+    report = compare(bad, x=x, eps=1e-5)
     assert report.worst_ulp_index == (2, 3)
     assert report.max_ulp == 1.0 or report.max_ulp == 0.5  # one spacing (half, just below 2^k)
 
@@ -67,11 +67,11 @@ def test_float64_errors_are_measured_against_the_correctly_rounded_value():
 def test_a_naive_float16_layer_fails_and_says_where(name):
     x, g, b = families(np.float16, 64)[name]
     y = lneps.layer_norm(x, g, b, compute_dtype=np.float16)
-    report = compare(y, x, gamma=g, beta=b)
+    report = compare(y, x=x, gamma=g, beta=b, eps=1e-5)
     over = int(report.exceeding(1.0).sum())
     assert over > 0 and report.correctly_rounded < 0.9
     with pytest.raises(AssertionError) as info:
-        assert_close(y, x, gamma=g, beta=b)
+        assert_close(y, x=x, gamma=g, beta=b, eps=1e-5, max_ulp=1.0)
     msg = str(info.value)
     assert f"{over} of {x.size} elements exceed 1.0 ulp" in msg
     assert f"worst at index {report.worst_index}" in msg
@@ -84,11 +84,11 @@ def test_a_naive_float16_layer_fails_and_says_where(name):
 def test_the_naive_layer_misses_the_ties_of_the_midpoint_family():
     x, g, b = families(np.float16, 64)["midpoint"]
     y = lneps.layer_norm(x, g, b, compute_dtype=np.float16)
-    report = compare(y, x, gamma=g, beta=b)
+    report = compare(y, x=x, gamma=g, beta=b, eps=1e-5)
     assert 0.3 < report.correctly_rounded < 0.7  # it rounds u = ±1: the tie, half the time wrong
     assert 0.5 < report.max_ulp < 0.52
     with pytest.raises(AssertionError, match="exceed 0.5 ulp"):
-        assert_close(y, x, gamma=g, beta=b, max_ulp=0.5, metric="ulp")
+        assert_close(y, x=x, gamma=g, beta=b, max_ulp=0.5, metric="ulp", eps=1e-5)
 
 
 # --- the metrics on hand-built rows ---------------------------------------------------------
@@ -100,19 +100,19 @@ def test_one_ulp_off_and_half_an_ulp_below_a_power_of_two():
     np.testing.assert_array_equal(y, x)
     up = y.copy()
     up[0, 2] = np.nextafter(up[0, 2], np.float16(np.inf))  # 1 + 2^-10
-    report = compare(up, x, eps=0.0)
+    report = compare(up, x=x, eps=0.0)
     assert (report.max_ulp, report.max_ulp_scaled, report.max_abs) == (1.0, 1.0, 2.0**-10)
     assert report.worst_index == report.worst_ulp_index == (0, 2)
     assert report.correctly_rounded == 3 / 4
     # -1 -> -(1 - 2^-11): the spacing below 1 is half the ulp at the exact value 1.
     below = y.copy()
     below[0, 1] = np.nextafter(below[0, 1], np.float16(np.inf))
-    report = compare(below, x, eps=0.0)
+    report = compare(below, x=x, eps=0.0)
     assert report.max_ulp == 0.5 and report.correctly_rounded == 3 / 4
     with pytest.raises(AssertionError, match=r"1 of 4 elements exceed 0.5 ulp"):
-        assert_close(below, x, eps=0.0, max_ulp=0.5, metric="ulp")
-    assert assert_close(below, x, eps=0.0, max_ulp=0.51, metric="ulp").max_ulp == 0.5
-    assert assert_close(below, x, eps=0.0, max_ulp=1.0).correctly_rounded == 3 / 4
+        assert_close(below, x=x, eps=0.0, max_ulp=0.5, metric="ulp")
+    assert assert_close(below, x=x, eps=0.0, max_ulp=0.51, metric="ulp").max_ulp == 0.5
+    assert assert_close(below, x=x, eps=0.0, max_ulp=1.0).correctly_rounded == 3 / 4
 
 
 @pytest.mark.parametrize("dtype", SMALL, ids=str)
@@ -123,7 +123,7 @@ def test_a_flipped_element_is_the_worst(dtype):
     bad = y.copy()
     bad[i, j] = np.nextafter(bad[i, j], bad[i, j] * 2) if dtype != BF16 else (
         (bad[i, j].view(np.uint16) + 1).view(BF16))  # away from 0
-    report = compare(bad, x)
+    report = compare(bad, x=x, eps=1e-5)
     assert report.worst_index == report.worst_ulp_index == (i, j)
     assert report.correctly_rounded == (x.size - 1) / x.size
     e = report.exact[i, j]
@@ -138,41 +138,41 @@ def test_the_scaled_metric_on_a_cancelled_output():
     g = np.array([1.0, 1.0], dtype=np.float16)
     b = np.array([-(1 - 2.0**-11), 0.0], dtype=np.float16)
     actual = np.array([[0.0, -1.0]], dtype=np.float16)  # the kernel lost the 2^-11
-    report = compare(actual, x, gamma=g, beta=b, eps=0.0)
+    report = compare(actual, x=x, gamma=g, beta=b, eps=0.0)
     assert report.exact[0, 0] == 2.0**-11 and report.reference[0, 0] == 2.0**-11
     # ulp(2^-11) = 2^-21 in float16, ulp(max(2^-11, |gamma| = 1)) = 2^-10
     assert (report.max_ulp, report.max_ulp_scaled, report.max_abs) == (1024.0, 0.5, 2.0**-11)
     assert report.correctly_rounded == 0.5 and report.exact_zero == 0
-    assert compare(actual, x, gamma=g, beta=b, eps=0.0, scale=4.0).max_ulp_scaled == 0.125  # ulp(4) = 2^-8
-    assert compare(actual, x, gamma=g, beta=b, eps=0.0, scale=0).max_ulp_scaled == 1024.0
-    assert compare(actual, x, gamma=g, beta=b, eps=0.0, scale=np.array([[4.0, 0.0]])).max_ulp_scaled == 0.125
-    assert compare(actual, x, gamma=1, beta=b, eps=0.0).max_ulp_scaled == 0.5  # a Python int gamma
-    assert_close(actual, x, gamma=g, beta=b, eps=0.0)  # within 1 ulp of |gamma u|
+    assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=4.0).max_ulp_scaled == 0.125  # ulp(4) = 2^-8
+    assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=0).max_ulp_scaled == 1024.0
+    assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=np.array([[4.0, 0.0]])).max_ulp_scaled == 0.125
+    assert compare(actual, x=x, gamma=1, beta=b, eps=0.0).max_ulp_scaled == 0.5  # a Python int gamma
+    assert_close(actual, x=x, gamma=g, beta=b, eps=0.0, max_ulp=1.0)  # within 1 ulp of |gamma u|
     with pytest.raises(AssertionError, match=r"1 of 2 elements exceed 1.0 ulp \(ulp metric"):
-        assert_close(actual, x, gamma=g, beta=b, eps=0.0, metric="ulp")
+        assert_close(actual, x=x, gamma=g, beta=b, eps=0.0, metric="ulp", max_ulp=1.0)
 
 
 def test_an_exact_zero_is_measured_in_subnormal_spacings():
     x = np.array([[1.0, -1.0]], dtype=np.float16)
     b = np.array([-1.0, 0.0], dtype=np.float16)  # y_0 = 1 - 1 = 0 exactly
     actual = np.array([[2.0**-24, -1.0]], dtype=np.float16)
-    report = compare(actual, x, beta=b, eps=0.0)
+    report = compare(actual, x=x, beta=b, eps=0.0)
     assert report.exact_zero == 1 and report.max_ulp == 1.0  # the smallest subnormal
     assert report.max_ulp_scaled == 2.0**-24 / 2.0**-10
-    assert compare(np.array([[-0.0, -1.0]], dtype=np.float16), x, beta=b, eps=0.0).correctly_rounded == 1.0
+    assert compare(np.array([[-0.0, -1.0]], dtype=np.float16), x=x, beta=b, eps=0.0).correctly_rounded == 1.0
 
 
 def test_non_finite_outputs():
     x = np.array([[1.0, 2.0, 4.0], [3.0, 3.0, 3.0]], dtype=np.float32)
     y = lneps.layer_norm(x, eps=0.0)  # the constant row is 0/0 = NaN
     assert np.isnan(y[1]).all()
-    report = compare(y, x, eps=0.0)
+    report = compare(y, x=x, eps=0.0)
     assert report.correctly_rounded == 1.0 and 0 < report.max_ulp <= 0.5
     assert np.all(report.ulp_error[1] == 0)  # NaN where NaN is the answer: no error
     bad = y.copy()
     bad[0, 1] = np.inf
     bad[1, 0] = 0.0
-    report = compare(bad, x, eps=0.0)
+    report = compare(bad, x=x, eps=0.0)
     assert np.isinf(report.ulp_error[0, 1]) and np.isinf(report.ulp_error[1, 0])
     assert report.max_ulp == report.max_ulp_scaled == report.max_abs == np.inf
     assert report.correctly_rounded == 4 / 6
@@ -183,9 +183,9 @@ def test_rms_norm_uses_torchs_default_eps_for_x_dtype():
     x = np.full((1, 4), 2.0**-12, dtype=np.float16)
     y = lneps.rms_norm(x)
     assert abs(float(y[0, 0]) - 3**-0.5) < 1e-3
-    assert assert_close(y, x, op="rms_norm", max_ulp=0.5, metric="ulp").correctly_rounded == 1.0
+    assert assert_close(y, x=x, op="rms_norm", max_ulp=0.5, metric="ulp", eps=DEFAULT).correctly_rounded == 1.0
     with pytest.raises(AssertionError):
-        assert_close(y, x, op="rms_norm", eps=2.0**-52)
+        assert_close(y, x=x, op="rms_norm", eps=2.0**-52, max_ulp=1.0)
 
 
 def test_group_and_batch_norm_and_a_callable():
@@ -193,26 +193,26 @@ def test_group_and_batch_norm_and_a_callable():
     x = rng.normal(size=(2, 6, 5)).astype(np.float32)
     g = np.linspace(0.5, 2, 6).astype(np.float32)
     y = lneps.group_norm(x, 3, g, g)
-    assert compare(y, x, op="group_norm", num_groups=3, gamma=g, beta=g).correctly_rounded == 1.0
+    assert compare(y, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT).correctly_rounded == 1.0
     bad = y.copy()
     bad[1, 4, 2] *= np.float32(1 + 2.0**-20)
     with pytest.raises(AssertionError, match=r"index \(1, 4, 2\)[\s\S]*input row x\[1, 4:6, \.\.\.\]"):
-        assert_close(bad, x, op="group_norm", num_groups=3, gamma=g, beta=g)
+        assert_close(bad, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT, max_ulp=1.0)
     # gamma scales the scaled metric per channel, as group_norm applies it
-    report = compare(bad, x, op="group_norm", num_groups=3, gamma=g * 0 + 64, beta=g)
+    report = compare(bad, x=x, op="group_norm", num_groups=3, gamma=g * 0 + 64, beta=g, eps=DEFAULT)
     assert report.max_ulp_scaled < report.max_ulp
     t = rng.normal(size=(8, 3)).astype(np.float16)
     gb = np.array([1, 2, 3], dtype=np.float16)
     yb = lneps.batch_norm(t, gb)  # axis 0, batch_norm's own default
-    assert compare(yb, t, op="batch_norm", gamma=gb).correctly_rounded == 1.0
+    assert compare(yb, x=t, op="batch_norm", gamma=gb, eps=DEFAULT).correctly_rounded == 1.0
     y0 = lneps.batch_norm(t)
-    assert compare(y0, t, op="batch_norm").correctly_rounded == 1.0
-    assert compare(y0, t, op="batch_norm", axis=-1).correctly_rounded < 0.5  # normalizing rows instead
+    assert compare(y0, x=t, op="batch_norm", eps=DEFAULT).correctly_rounded == 1.0
+    assert compare(y0, x=t, op="batch_norm", axis=-1, eps=DEFAULT).correctly_rounded < 0.5  # normalizing rows instead
     with pytest.raises(AssertionError, match=r"input row x\[:, \d\]"):
-        assert_close(yb + np.float16(0.01), t, op="batch_norm", gamma=gb)
+        assert_close(yb + np.float16(0.01), x=t, op="batch_norm", gamma=gb, eps=DEFAULT, max_ulp=1.0)
     rm, rv = np.float32([0.1, -0.2, 0.3]), np.float32([1.0, 0.5, 2.0])
     ye = lneps.batch_norm(t, training=False, running_mean=rm, running_var=rv)
-    assert compare(ye, t, op="batch_norm", training=False, running_mean=rm, running_var=rv).max_ulp <= 0.5
+    assert compare(ye, x=t, op="batch_norm", training=False, running_mean=rm, running_var=rv, eps=DEFAULT).max_ulp <= 0.5
 
     calls = []
 
@@ -221,29 +221,30 @@ def test_group_and_batch_norm_and_a_callable():
         return lneps.layer_norm(z, gamma, beta, axis=axis, **kw)
 
     x2 = families(np.float16, 8, rows=4)["offset"].x
-    assert compare(lneps.layer_norm(x2, eps=1e-3), x2, op=mine, eps=1e-3).correctly_rounded == 1.0
-    assert [c[0] for c in calls] == [np.float64, np.float16] and calls[0][3:] == (-1, {"eps": 1e-3})
+    assert compare(lneps.layer_norm(x2, eps=1e-3), x=x2, op=mine, eps=1e-3).correctly_rounded == 1.0
+    # called once on float64 x; again in x's format only where a float64 value lies on a midpoint
+    assert [c[0] for c in calls] == [np.float64] and calls[0][3:] == (-1, {"eps": 1e-3})
     calls.clear()
-    compare(lneps.layer_norm(x2), x2, op=mine)
+    compare(lneps.layer_norm(x2), x=x2, op=mine, eps=DEFAULT)
     assert calls[0][4] == {}  # no eps given, none passed
 
 
 def test_x_in_another_format_than_actual():
     x32 = families(np.float32, 32, rows=16)["normal"].x
     y16 = oracle.layer_norm(x32, eps=1e-5, dtype=np.float16).astype(np.float16)
-    report = compare(y16, x32)
+    report = compare(y16, x=x32, eps=1e-5)
     assert report.correctly_rounded == 1.0 and report.max_ulp <= 0.5 and report.uncertain == 0
     # float32 x holding float16 values: lneps on the float16 values is the reference
     x16 = families(np.float16, 32, rows=16)["midpoint"]
     y = lneps.layer_norm(x16.x, x16.gamma, x16.beta, eps=0.0)
-    r = compare(y, x16.x.astype(np.float32), gamma=x16.gamma, beta=x16.beta, eps=0.0)
+    r = compare(y, x=x16.x.astype(np.float32), gamma=x16.gamma, beta=x16.beta, eps=0.0)
     assert r.correctly_rounded == 1.0 and r.uncertain == 0
     # u = ±1 exactly, gamma u = 1 + 2^-11 (a float16 midpoint), beta 2^-60: float64 rounds to the
     # midpoint, so the float16 reference cannot be certified and is flagged.
     x = np.array([[1 + 2.0**-20, -1 - 2.0**-20]], dtype=np.float32)
     g = np.array([1 + 2.0**-11, 1.0], dtype=np.float32)
     b = np.array([2.0**-60, 0.0], dtype=np.float32)
-    report = compare(np.array([[1 + 2.0**-10, -1.0]], dtype=np.float16), x, gamma=g, beta=b, eps=0.0)
+    report = compare(np.array([[1 + 2.0**-10, -1.0]], dtype=np.float16), x=x, gamma=g, beta=b, eps=0.0)
     assert report.uncertain == 1 and "uncertain" in str(report)
     assert oracle.layer_norm(x, g, b, eps=0.0, dtype=np.float16)[0, 0] == 1 + 2.0**-10
 
@@ -251,7 +252,7 @@ def test_x_in_another_format_than_actual():
 def test_bfloat16_lists_dlpack_and_array_objects():
     x = families(BF16, 16, rows=4)["offset"].x
     y = lneps.layer_norm(x)
-    assert y.dtype == BF16 and compare(y, x).correctly_rounded == 1.0
+    assert y.dtype == BF16 and compare(y, x=x, eps=1e-5).correctly_rounded == 1.0
 
     class Pack:  # only DLPack
         def __init__(self, a):
@@ -272,9 +273,9 @@ def test_bfloat16_lists_dlpack_and_array_objects():
 
     x32 = families(np.float32, 8, rows=3)["normal"].x
     y32 = lneps.layer_norm(x32)
-    assert compare(Pack(y32), Arr(x32)).correctly_rounded == 1.0
+    assert compare(Pack(y32), x=Arr(x32), eps=1e-5).correctly_rounded == 1.0
     rows = [[1.0, 2.0, 4.0], [0.5, -3, 7]]
-    report = compare(lneps.layer_norm(np.array(rows)).tolist(), rows)
+    report = compare(lneps.layer_norm(np.array(rows)).tolist(), x=rows, eps=1e-5)
     assert report.dtype == np.float64 and report.correctly_rounded == 1.0
 
 
@@ -285,16 +286,16 @@ def test_torch_tensors():
         xn = x.astype(ndtype)
         tx = torch.tensor(xn.astype(np.float32)).to(tdtype).requires_grad_(True)
         naive = torch.nn.functional.layer_norm(tx, (16,), eps=1e-5)
-        report = compare(naive, tx)
+        report = compare(naive, x=tx, eps=1e-5)
         assert report.dtype == np.dtype(ndtype) and report.n == x.size
         exact = torch.tensor(lneps.layer_norm(xn).astype(np.float32)).to(tdtype)
-        assert compare(exact, tx).correctly_rounded == 1.0
+        assert compare(exact, x=tx, eps=1e-5).correctly_rounded == 1.0
 
 
 def test_jax_arrays():
     jnp = pytest.importorskip("jax.numpy")
     x = families(BF16, 16, rows=4)["normal"].x
-    assert compare(jnp.asarray(lneps.layer_norm(x)), jnp.asarray(x)).correctly_rounded == 1.0
+    assert compare(jnp.asarray(lneps.layer_norm(x)), x=jnp.asarray(x), eps=1e-5).correctly_rounded == 1.0
 
 
 def test_clear_errors():
@@ -302,42 +303,43 @@ def test_clear_errors():
     x[:, 0] = 2
     y = lneps.layer_norm(x)
     with pytest.raises(ValueError, match=r"\(4, 2\).*\(2, 4\)"):
-        compare(y.T, x)
+        compare(y.T, x=x, eps=1e-5)
     with pytest.raises(TypeError, match="int64"):
-        compare(np.ones((2, 4), dtype=np.int64), x)
+        compare(np.ones((2, 4), dtype=np.int64), x=x, eps=1e-5)
     with pytest.raises(TypeError, match="complex128"):
-        compare(y, x.astype(np.complex128))
+        compare(y, x=x.astype(np.complex128), eps=1e-5)
     with pytest.raises(TypeError, match="gamma has dtype bool"):
-        compare(y, x, gamma=np.ones(4, dtype=bool))
+        compare(y, x=x, gamma=np.ones(4, dtype=bool), eps=1e-5)
     with pytest.raises(ValueError, match="layer_norm, rms_norm, group_norm, batch_norm"):
-        compare(y, x, op="softmax")
+        compare(y, x=x, op="softmax", eps=1e-5)
     with pytest.raises(ValueError, match="rms_norm has no beta"):
-        compare(y, x, op="rms_norm", beta=np.zeros(4, np.float32))
+        compare(y, x=x, op="rms_norm", beta=np.zeros(4, np.float32), eps=DEFAULT)
     with pytest.raises(ValueError, match="group_norm takes no axis"):
-        compare(y, x, op="group_norm", num_groups=1, axis=-1)
+        compare(y, x=x, op="group_norm", num_groups=1, axis=-1, eps=DEFAULT)
     with pytest.raises(ValueError, match="compute_dtype"):
-        compare(y, x, compute_dtype=np.float16)
+        compare(y, x=x, compute_dtype=np.float16, eps=1e-5)
     with pytest.raises(ValueError, match="metric"):
-        assert_close(y, x, metric="relative")
+        assert_close(y, x=x, metric="relative", eps=1e-5)
     with pytest.raises(ValueError, match="max_ulp"):
-        assert_close(y, x, max_ulp=-1)
+        assert_close(y, x=x, max_ulp=-1, eps=1e-5)
     with pytest.raises(ValueError, match="scale"):
-        compare(y, x, scale=-1.0)
+        compare(y, x=x, scale=-1.0, eps=1e-5)
     with pytest.raises(ValueError, match="scale"):
-        compare(y, x, scale=np.ones(3))
+        compare(y, x=x, scale=np.ones(3), eps=1e-5)
 
 
 def test_report():
     x = families(np.float16, 8, rows=2)["normal"].x
     y = lneps.layer_norm(x)
-    report = compare(y, x)
-    assert isinstance(report, Report) and report == compare(y.copy(), x)
+    report = compare(y, x=x, eps=1e-5)
+    assert isinstance(report, Report) and report == compare(y.copy(), x=x, eps=1e-5)
     with pytest.raises(AttributeError):
         report.n = 3
     text = str(report)
     assert "layer_norm, float16, 16 elements: 100.00% correctly rounded (0 not)" in text
     assert re.search(r"worst 0\.\d+ ulp at \(\d, \d\)", text) and "exact zeros: 0" in text
-    assert repr(DEFAULT) == "<op's default>" and OPS == ("layer_norm", "rms_norm", "group_norm", "batch_norm")
+    assert repr(DEFAULT) == "<op's default>" and OPS == ("layer_norm", "rms_norm", "group_norm", "batch_norm",
+                                                       "layer_norm_backward", "rms_norm_backward")
 
 
 # --- families -------------------------------------------------------------------------------
@@ -413,14 +415,14 @@ def test_midpoint_outputs_are_exact_ties(dtype):
 def test_lneps_rounds_the_midpoint_ties_to_even(dtype):
     x, g, b = families(dtype, 16)["midpoint"]
     y = lneps.layer_norm(x, g, b, eps=0.0)
-    report = assert_close(y, x, gamma=g, beta=b, eps=0.0, max_ulp=0.5, metric="ulp")
+    report = assert_close(y, x=x, gamma=g, beta=b, eps=0.0, max_ulp=0.5, metric="ulp")
     assert np.all(report.ulp_error == 0.5)  # every element a tie
     last_bit = (y.view(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32) & 1)
     assert np.all(last_bit == 0)
     odd = (2 * report.exact - report.reference).astype(dtype)  # the tie's other neighbour
-    assert np.all(compare(odd, x, gamma=g, beta=b, eps=0.0).ulp_error == 0.5)
+    assert np.all(compare(odd, x=x, gamma=g, beta=b, eps=0.0).ulp_error == 0.5)
     with pytest.raises(AssertionError, match=f"{x.size} of {x.size} elements exceed 0.5 ulp"):
-        assert_close(odd, x, gamma=g, beta=b, eps=0.0, max_ulp=0.5, metric="ulp")
+        assert_close(odd, x=x, gamma=g, beta=b, eps=0.0, max_ulp=0.5, metric="ulp")
 
 
 def test_cancelling_beta_cancels():
@@ -501,11 +503,11 @@ def test_a_correct_two_pass_kernel_stays_within_the_bound(dtype, d, rows):
             assert np.all(bound > 0), name
             for total, rsqrt, reciprocal in VARIANTS:
                 y = _two_pass(x, g, b, eps, total, rsqrt, reciprocal)
-                report = compare(y, x, gamma=g, beta=b, eps=eps)
+                report = compare(y, x=x, gamma=g, beta=b, eps=eps)
                 over = report.exceeding(bound)
                 assert not over.any(), (name, eps, total.__name__, rsqrt, reciprocal,
                                         float(np.max(report.scaled_error / bound)))
-                assert_close(y, x, gamma=g, beta=b, eps=eps, max_ulp=bound)
+                assert_close(y, x=x, gamma=g, beta=b, eps=eps, max_ulp=bound)
 
 
 @pytest.mark.parametrize("dtype", (np.float16, BF16), ids=str)
@@ -560,13 +562,13 @@ def test_the_bound_is_capped_by_the_size_of_a_normalized_value():
     for total, rsqrt, reciprocal in VARIANTS:
         y = _two_pass(x, None, None, eps, total, rsqrt, reciprocal)
         seen = max(seen, float(np.abs(y.astype(np.float64)).max()))
-        assert not compare(y, x, eps=eps).exceeding(bound).any()
+        assert not compare(y, x=x, eps=eps).exceeding(bound).any()
     assert seen > 0.5  # the rounded mean does show, amplified to the size of a normalized value
     # Far beyond the size of a normalized value: what a running-mean kernel returned for eight
     # float16 numbers 60000 with eps = 1e-12 (chapter "What the frameworks compute").
     x16 = np.full((1, d), 60000, np.float16)
     y16 = np.full((1, d), -2048, np.float16)
-    assert compare(y16, x16, eps=eps).exceeding(two_pass_bound(x16, eps=eps)).all()
+    assert compare(y16, x=x16, eps=eps).exceeding(two_pass_bound(x16, eps=eps)).all()
 
 
 def test_known_defects_exceed_the_bound():
@@ -576,45 +578,45 @@ def test_known_defects_exceed_the_bound():
     mu = xf.mean(axis=-1, keepdims=True, dtype=F32)
     var = np.maximum((xf * xf).mean(axis=-1, keepdims=True, dtype=F32) - mu * mu, F32(0))
     y = (xf - mu) / np.sqrt(var + F32(1e-5))
-    assert compare(y, x).exceeding(two_pass_bound(x)).mean() > 0.5
+    assert compare(y, x=x, eps=1e-5).exceeding(two_pass_bound(x)).mean() > 0.5
     # everything in float16
     for name in ("normal", "offset", "near_constant"):
         x = families(np.float16, 768, rows=8)[name].x
         y = lneps.layer_norm(x, compute_dtype=np.float16)
-        assert compare(y, x).exceeding(two_pass_bound(x)).mean() > 0.1, name
+        assert compare(y, x=x, eps=1e-5).exceeding(two_pass_bound(x)).mean() > 0.1, name
     # eps added in float16 after the float32 variance is rounded to float16
     x = families(np.float16, 768, rows=8)["normal"].x
     xf = x.astype(F32)
     t = xf - xf.mean(axis=-1, keepdims=True, dtype=F32)
     w = ((t * t).mean(axis=-1, keepdims=True, dtype=F32).astype(np.float16) + np.float16(1e-5)).astype(F32)
     y = (t / np.sqrt(w)).astype(np.float16)
-    assert compare(y, x).exceeding(two_pass_bound(x)).any()
+    assert compare(y, x=x, eps=1e-5).exceeding(two_pass_bound(x)).any()
     # the unbiased variance, wherever d is small enough for 1/(2d) to show
     x = families(BF16, 64, rows=8)["normal"].x
     y = (_two_pass(x.astype(F32), None, None, 1e-5) * F32(np.sqrt(63 / 64))).astype(BF16)
-    assert compare(y, x).exceeding(two_pass_bound(x)).mean() > 0.5
+    assert compare(y, x=x, eps=1e-5).exceeding(two_pass_bound(x)).mean() > 0.5
 
 
 def test_assert_close_takes_the_bound_and_names_it():
     x, g, b = families(np.float16, 64, rows=8)["cancelling_beta"]
     bound = two_pass_bound(x, g, b)
-    assert_close(_two_pass(x, g, b, 1e-5), x, gamma=g, beta=b, max_ulp=bound)
+    assert_close(_two_pass(x, g, b, 1e-5), x=x, gamma=g, beta=b, max_ulp=bound, eps=1e-5)
     naive = lneps.layer_norm(x, g, b, compute_dtype=np.float16)
-    report = compare(naive, x, gamma=g, beta=b)
+    report = compare(naive, x=x, gamma=g, beta=b, eps=1e-5)
     over = report.exceeding(bound)
     with pytest.raises(AssertionError) as info:
-        assert_close(naive, x, gamma=g, beta=b, max_ulp=bound)
+        assert_close(naive, x=x, gamma=g, beta=b, max_ulp=bound, eps=1e-5)
     msg = str(info.value)
     assert f"{int(over.sum())} of {x.size} elements exceed their bound (here " in msg
     ratio = np.where(over, report.scaled_error / bound, -1)
     worst = tuple(int(i) for i in np.unravel_index(np.argmax(ratio), ratio.shape))
     assert f"worst at index {worst}" in msg
     # a bound per column broadcasts; a wrong shape, a negative or NaN bound are refused
-    assert_close(naive, x, gamma=g, beta=b, max_ulp=np.full(x.shape[-1], 1e9))
+    assert_close(naive, x=x, gamma=g, beta=b, max_ulp=np.full(x.shape[-1], 1e9), eps=1e-5)
     with pytest.raises(ValueError, match="broadcast"):
-        assert_close(naive, x, gamma=g, beta=b, max_ulp=np.ones(3))
+        assert_close(naive, x=x, gamma=g, beta=b, max_ulp=np.ones(3), eps=1e-5)
     with pytest.raises(ValueError, match=">= 0"):
-        assert_close(naive, x, gamma=g, beta=b, max_ulp=np.full(x.shape, np.nan))
+        assert_close(naive, x=x, gamma=g, beta=b, max_ulp=np.full(x.shape, np.nan), eps=1e-5)
 
 
 def test_two_pass_bound_refuses_what_its_model_does_not_cover():

@@ -158,7 +158,7 @@ def error_summary(y, reference, dtype, *, x=None, op="layer_norm", eps=1e-5) -> 
     if x is not None:
         from .. import testing  # lneps.testing: the metric the chapter leads with
 
-        report = testing.compare(np.asarray(y), np.asarray(x), op=op, eps=eps)
+        report = testing.compare(np.asarray(y), x=np.asarray(x), op=op, eps=eps)
         scaled = report.max_ulp_scaled
         if op == "layer_norm" and dt != np.float64 and np.asarray(x).dtype == dt:
             # beyond what any correct two-pass float32 kernel can reach: a defect, not conditioning

@@ -1,0 +1,255 @@
+"""assert_close: a kernel's output graded against lneps with a derived tolerance, and a failure
+message that shows the worst element and names the defect where its pattern is known."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .compare import (_ASSERT_KEYWORDS, _KEYWORDS, WRT, _blocks, _bound, _call_error, _exceeding, _measure, _parse,
+                      _Summary)
+
+# Rows per block when grading large layer_norm / rms_norm outputs: the per-element arrays of a
+# block (errors, bound) stay a few MB whatever the input, as torch.testing's own temporaries do.
+_BLOCK_ELEMENTS = 1 << 18
+
+
+def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-1, dy=None, wrt=None,
+                      exact=None, stats=None):
+    """The per-element bound, in the scaled metric, that every correct kernel of ``op`` with
+    output format ``actual_dtype`` meets: :func:`lneps.testing.forward_bound` for the forward
+    ops, :func:`lneps.testing.backward_bound` for the backward ones. ``ValueError`` for an op
+    with no derived bound (group_norm, batch_norm, a callable): pass ``max_ulp=`` there."""
+    if op in ("layer_norm", "rms_norm"):
+        from .bounds import forward_bound
+
+        return forward_bound(op, x=x, gamma=gamma, beta=beta, eps=eps, dtype=actual_dtype, axis=axis,
+                             exact=exact, stats=stats)
+    if op in WRT:
+        from .backward_bound import backward_bound
+
+        return backward_bound(op.removesuffix("_backward"), wrt, x=x, dy=dy, gamma=gamma, eps=eps,
+                              dtype=actual_dtype, axis=axis)
+    name = op if isinstance(op, str) else getattr(op, "__name__", "a callable op")
+    raise ValueError(f"no derived tolerance for {name}: pass max_ulp= (a number, or one bound per element)")
+
+
+def _row_of(gr, idx, shown):
+    """``(text, row)``: where the worst element's input row is (``shown``: its index in the whole
+    of actual), and its numbers (``idx``: its index in the block graded)."""
+    xa = gr.x
+    if gr.name == "group_norm":  # the (sample, group) slice the element was normalized with
+        width = xa.shape[1] // gr.kw["num_groups"]
+        lo = idx[1] // width * width
+        return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
+    if gr.wrt in ("gamma", "beta"):
+        return "x (every row contributes)", None
+    from ._arrays import _axes
+
+    if gr.name == "batch_norm":
+        axes = _axes(0 if gr.axis is None else gr.axis, xa.ndim)
+        where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
+        return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
+    axes = _axes(-1 if gr.axis is None else gr.axis, xa.ndim)
+    where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
+    return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
+
+
+def _at(v, idx, shape):
+    """v (None, a scalar or an array broadcasting to shape) at idx."""
+    if v is None:
+        return None
+    return float(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)[idx]) if np.ndim(v) else float(v)
+
+
+def _placed(p, gr):
+    """gamma or beta broadcast to x's shape as the op places it (per channel for group_norm)."""
+    if p is None:
+        return None
+    p = np.asarray(p.astype(np.float64))
+    shape, nd = gr.x.shape, gr.x.ndim
+    if gr.name == "group_norm" and p.ndim == 1:
+        return p.reshape([shape[1] if a == 1 else 1 for a in range(nd)])
+    if p.ndim and gr.name in ("layer_norm", "rms_norm") and gr.axis is not None:
+        from ._arrays import _axes
+
+        axes = _axes(gr.axis, nd)
+        if p.shape == tuple(shape[a] for a in axes):
+            return p.reshape([shape[a] if a in axes else 1 for a in range(nd)])
+    return p
+
+
+def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
+    """Known patterns, each named with its cause."""
+    found = []
+    if over_rows_constant_nan:
+        found.append("NaN on a constant row: epsilon missing (a constant row has variance 0, and "
+                     "(x - mean)/sqrt(0) is 0/0 without epsilon)")
+    if constant_far:
+        found.append("a constant row's output far from beta: its normalized value is exactly 0, so the "
+                     "statistics were merged inexactly (a mean that is not exactly the row's constant, as a "
+                     "Welford or Chan merge or a fused multiply-add residue leaves it)")
+    if systematic is not None and getattr(systematic, "suspect", None):
+        found.append(systematic.suspect)
+    return found
+
+
+def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
+    shape = gr.a64.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
+    badness = np.where(np.isnan(badness), np.inf, badness)
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(badness)), shape))
+    off = (gr.rows.start or 0) if isinstance(gr.rows, slice) else 0
+    shown = (idx[0] + off, *idx[1:]) if idx else idx  # the index into the whole of actual
+    b_at = float(bound[idx]) if np.ndim(bound) else float(bound)
+    limit = (f"{max_ulp_given} ulp" if max_ulp_given is not None and not np.ndim(max_ulp_given)
+             else f"their bound (here {b_at:.6g} ulp)")
+    where, row = _row_of(gr, idx, shown)
+
+    def show(v):
+        v = float(v)
+        return f"{v!r} ({v.hex()})"
+
+    ratio = float(err[idx]) / b_at if b_at > 0 else np.inf
+    lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
+             f"worst at index {shown}:"]
+    if row is not None:
+        lines.append(f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}")
+    if gr.stats is not None and gr.wrt is None:
+        st = [np.broadcast_to(s, shape)[idx] for s in gr.stats]
+        names = ("mean", "rstd") if len(st) == 2 else ("rstd",)
+        lines.append("  row's " + ", ".join(f"{n} {float(v):.10g}" for n, v in zip(names, st))
+                     + " (exact to the digits shown)")
+    ga, be = _at(_placed(gr.gamma, gr), idx, shape), _at(_placed(gr.beta, gr), idx, shape)
+    if ga is not None or be is not None:
+        lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in (("gamma", ga), ("beta", be)) if v is not None))
+    lines += [f"  exact             {show(gr.e[idx])}",
+              f"  correctly rounded {show(gr.r[idx])}",
+              f"  actual            {show(gr.a64[idx])}",
+              f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
+              f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound"]
+    # the known patterns
+    nan_const = far_const = False
+    if gr.wrt is None and gr.name in ("layer_norm", "rms_norm", "group_norm") and row is not None:
+        constant = row.size > 1 and np.all(row == row.ravel()[0])
+        if constant and np.isnan(gr.a64[idx]) and np.isfinite(gr.e[idx]):
+            nan_const = True
+        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]):
+            far_const = True
+    found = _suspects(gr, idx, row, nan_const, far_const, systematic)
+    if systematic is not None and not getattr(systematic, "passed", True):
+        lines.append(f"  across rows: {systematic}")
+    for s in found:
+        lines.append(f"suspect: {s}")
+    if err_msg:
+        lines.append(str(err_msg))
+    return "\n".join(lines)
+
+
+def assert_close(actual, *args, **kwargs):
+    """Raise ``AssertionError`` unless ``actual``, a kernel's output, is as close to lneps as a
+    correct kernel is; return the :class:`Report` otherwise.
+
+    ``assert_close(actual, *, x, eps, op="layer_norm", gamma=None, beta=None, max_ulp=None,
+    metric="scaled", err_msg="", axis=DEFAULT, scale=None, dy=None, wrt=None, **op_kwargs)``,
+    with the keywords of :func:`compare` (``x`` is keyword-only; an unknown keyword is a
+    ``TypeError`` that names it).
+
+    Tolerance. ``max_ulp=None`` (the default) is the derived bound of a correct kernel of that
+    op in actual's format (:func:`default_tolerance`): per element, the largest scaled error
+    any correct kernel can make (two-pass, Welford or Chan-merged statistics accumulated in
+    float32, or one pass in float64; a reciprocal square root within 2 ulp; the affine step in
+    any order), plus, for layer_norm and rms_norm over enough rows, a test across rows for a
+    scale error every row shares (:func:`lneps.testing.scale_bias`), which catches the d - 1
+    variance and epsilon added after the square root where no per-element bound can. Pass
+    ``max_ulp`` (a number, or one bound per element) to grade against another tolerance
+    instead: then only that bound is applied. Whatever the bound, a NaN or infinity where the
+    correctly rounded value is another number, or a finite value where it is NaN, fails.
+
+    The message shows the worst element (the one furthest beyond its bound): its index, its
+    input row, the row's mean and 1/std, gamma and beta there, the exact, correctly rounded and
+    actual values, its errors and their ratio to the bound, how many elements exceed, and a
+    suspect where the pattern is known: the d - 1 variance, epsilon after the square root,
+    epsilon missing (NaN on a constant row), statistics merged inexactly (a constant row's
+    output far from beta). ``err_msg`` is appended.
+
+    >>> import numpy as np, lneps, lneps.testing
+    >>> x = np.random.default_rng(0).normal(size=(4, 64)).astype(np.float16)
+    >>> y = lneps.layer_norm(x, eps=1e-5)  # correctly rounded: passes
+    >>> lneps.testing.assert_close(y, x=x, eps=1e-5).correctly_rounded
+    1.0
+    >>> lneps.testing.assert_close(y, x)
+    Traceback (most recent call last):
+    ...
+    TypeError: assert_close() takes the kernel's output as its only positional argument, ...
+    """
+    __tracebackhide__ = True
+    if args:
+        raise _call_error("assert_close", args)
+    kwargs = dict(kwargs)
+    max_ulp = kwargs.pop("max_ulp", None)
+    metric = kwargs.pop("metric", "scaled")
+    err_msg = kwargs.pop("err_msg", "")
+    if metric not in ("scaled", "ulp"):
+        raise ValueError(f"metric must be 'scaled' or 'ulp'; got {metric!r}")
+    if max_ulp is None and metric != "scaled":
+        raise ValueError("the derived tolerance is in the scaled metric; pass max_ulp= with metric='ulp'")
+    call = _parse("assert_close", actual, kwargs, _KEYWORDS + _ASSERT_KEYWORDS)
+    given = None if max_ulp is None else _bound(max_ulp, call.a.shape)
+    blocks = [None] if call.wrt is not None else _blocks(call, _BLOCK_ELEMENTS)
+    summary, over_count, worst, rows_stats = _Summary(), 0, None, []
+    for rows in blocks:
+        gr = call if rows is None else _measure(call, rows)
+        err = gr.scaled if metric == "scaled" else gr.err
+        if given is None:
+            bound = _bound(default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta,
+                                             eps=gr.call_eps, axis=-1 if gr.axis is None else gr.axis, dy=gr.dy,
+                                             wrt=gr.wrt, exact=gr.e, stats=gr.stats), err.shape)
+            if gr.wrt is None and gr.name in ("layer_norm", "rms_norm"):
+                rows_stats.append(_row_statistics(gr))
+        else:
+            bound = given if rows is None or not np.ndim(given) else given[rows]
+        over = _exceeding(gr.a64, gr.r, err, bound)
+        summary.add(gr)
+        n_over = int(over.sum())
+        if n_over:
+            over_count += n_over
+            with np.errstate(divide="ignore", invalid="ignore"):
+                badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
+            badness = np.where(np.isnan(badness), np.inf, badness)
+            i = int(np.argmax(badness))
+            if worst is None or badness.flat[i] > worst[0]:
+                worst = (float(badness.flat[i]), gr, over, err, bound)
+    systematic = _decide(call, rows_stats) if rows_stats else None
+    report = summary.report(call.name, call.dt, lambda: _arrays_of(call))
+    if not over_count and (systematic is None or systematic.passed):
+        return report
+    if worst is None:  # only the test across rows failed: show the largest error of the block
+        gr = _measure(call)
+        err = gr.scaled if metric == "scaled" else gr.err
+        bound = _bound(default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta,
+                                         eps=gr.call_eps, axis=-1 if gr.axis is None else gr.axis,
+                                         exact=gr.e, stats=gr.stats), err.shape)
+        worst = (0.0, gr, err >= np.max(err), err, bound)
+    _, gr, over, err, bound = worst
+    raise AssertionError(_message(gr, over, err, bound, metric, max_ulp, systematic, err_msg, over_count,
+                                  summary.n))
+
+
+def _arrays_of(call):
+    gr = call if call.wrt is not None else _measure(call)
+    return gr.a64, gr.e, gr.r, gr.err, gr.scaled
+
+
+def _row_statistics(gr):
+    """What the test across rows needs from one block (:mod:`lneps.testing.systematic`)."""
+    from .systematic import row_statistics
+
+    return row_statistics(gr.name, actual=gr.a64, exact=gr.e, x=gr.x, gamma=gr.gamma, eps=gr.call_eps,
+                          axis=-1 if gr.axis is None else gr.axis, dtype=gr.dt, stats=gr.stats)
+
+
+def _decide(call, rows_stats):
+    from .systematic import decide
+
+    return decide(call.name, rows_stats, dtype=call.dt)

@@ -1,0 +1,175 @@
+"""lneps.testing's call has no traps: the kernel's input by keyword, unknown keywords named, eps
+required, NaN and overflow never passing, and a message that shows the worst element and names
+the known defects."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lneps
+import lneps.testing as lt
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _rows(dtype=np.float16, d=64, rows=8, seed=0):
+    return np.random.default_rng(seed).normal(size=(rows, d)).astype(dtype)
+
+
+@pytest.mark.parametrize("fn", [lt.compare, lt.assert_close])
+def test_a_second_positional_argument_asks_for_x(fn):
+    x = _rows()
+    y = lneps.layer_norm(x)
+    # written the numpy.testing / torch.testing way: the expected output as the second argument
+    with pytest.raises(TypeError, match=r"only positional argument.*x=x"):
+        fn(y, y, eps=1e-5)
+
+
+@pytest.mark.parametrize("fn", [lt.compare, lt.assert_close])
+@pytest.mark.parametrize("kw, named, hint", [
+    ("max_ulps", "max_ulps", "max_ulp="),
+    ("rtol", "rtol", "in ulp"),
+    ("expected", "expected", "x="),
+    ("num_group", "num_group", None),
+    ("epsilon", "epsilon", "eps="),
+])
+def test_an_unknown_keyword_is_named(fn, kw, named, hint):
+    x = _rows()
+    y = lneps.layer_norm(x)
+    if fn is lt.compare and kw == "max_ulps":
+        hint = None  # compare has no max_ulp
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{named}'") as info:
+        fn(y, x=x, eps=1e-5, **{kw: 1})
+    if hint:
+        assert hint in str(info.value)
+    assert "layer_norm() got" not in str(info.value)  # never the reference's own complaint
+
+
+def test_the_op_keywords_are_known_and_suggested():
+    x = _rows(d=8).reshape(2, 4, 8)
+    y = lneps.group_norm(x, 2)
+    assert lt.compare(y, x=x, op="group_norm", num_groups=2, eps=1e-5).correctly_rounded == 1.0
+    with pytest.raises(TypeError, match=r"'num_group'.*did you mean num_groups="):
+        lt.compare(y, x=x, op="group_norm", num_group=2, eps=1e-5)
+
+
+def test_eps_and_x_are_required():
+    x = _rows()
+    y = lneps.layer_norm(x)
+    with pytest.raises(TypeError, match="needs eps="):
+        lt.assert_close(y, x=x)
+    with pytest.raises(TypeError, match="needs the kernel's input"):
+        lt.assert_close(y, eps=1e-5)
+    assert lt.compare(y, x=x, eps=lt.DEFAULT).correctly_rounded == 1.0  # the op's own default, asked for
+
+
+def test_the_output_format_is_read_from_actual():
+    x = _rows(np.float32, d=256)
+    for dt in (np.float16, BF16, np.float32):
+        y = lneps.layer_norm(x.astype(dt)).astype(dt) if dt != np.float32 else lneps.layer_norm(x)
+        report = lt.compare(lneps.layer_norm(x).astype(dt), x=x, eps=1e-5)
+        assert report.dtype == dt
+    # a correct float32 kernel whose output is stored in float16 passes the default tolerance
+    two_pass = _two_pass(x, 1e-5).astype(np.float16)
+    lt.assert_close(two_pass, x=x, eps=1e-5)
+
+
+def _two_pass(x, eps):
+    xf = x.astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True, dtype=np.float32)
+    var = np.mean(t * t, axis=-1, keepdims=True, dtype=np.float32)
+    return t * (np.float32(1) / np.sqrt(var + np.float32(eps)))
+
+
+def test_nan_where_the_exact_value_is_finite_never_passes():
+    x = _rows(np.float16)
+    y = lneps.layer_norm(x).copy()
+    y[3, 5] = np.nan
+    for bound in (np.inf, 1e30):
+        with pytest.raises(AssertionError, match="1 of 512 elements"):
+            lt.assert_close(y, x=x, eps=1e-5, max_ulp=bound)
+    y[3, 5] = np.inf
+    with pytest.raises(AssertionError):
+        lt.assert_close(y, x=x, eps=1e-5, max_ulp=np.inf)
+
+
+def test_a_number_where_the_exact_value_is_nan_fails():
+    x = np.full((2, 8), 3.0, dtype=np.float32)  # constant rows, eps = 0: 0/0
+    nan = lneps.layer_norm(x, eps=0.0)
+    assert np.isnan(nan).all()
+    lt.assert_close(nan, x=x, eps=0.0, max_ulp=1.0)
+    with pytest.raises(AssertionError, match="16 of 16"):
+        lt.assert_close(np.zeros_like(x), x=x, eps=0.0, max_ulp=np.inf)
+
+
+def test_checks_do_not_switch_themselves_off_on_huge_rows():
+    # float32 rows with |x| near 3e19: a float32 sum of squares overflows, so the worst-case
+    # bound is infinite there; an all-NaN output must still fail
+    x = (_rows(np.float32, d=64) * np.float32(3e19)).astype(np.float32)
+    assert np.isfinite(lneps.layer_norm(x)).all()
+    with pytest.raises(AssertionError, match="512 of 512"):
+        lt.assert_close(np.full_like(x, np.nan), x=x, eps=1e-5)
+    with pytest.raises(AssertionError, match="512 of 512"):
+        lt.assert_close(np.full_like(x, np.nan), x=x, eps=1e-5, max_ulp=np.inf)
+
+
+def test_err_msg_is_appended_and_the_traceback_hidden():
+    x = _rows()
+    y = (lneps.layer_norm(x) * np.float16(1.5)).astype(np.float16)
+    with pytest.raises(AssertionError) as info:
+        lt.assert_close(y, x=x, eps=1e-5, err_msg="kernel v2, d=64")
+    assert str(info.value).rstrip().endswith("kernel v2, d=64")
+    # pytest hides frames whose locals set __tracebackhide__, as numpy.testing's do
+    assert lt.assert_close.__code__.co_varnames[:0] == () and "__tracebackhide__" in lt.assert_close.__code__.co_varnames
+
+
+def test_the_message_shows_the_row_statistics_gamma_beta_and_the_ratio():
+    x = _rows(np.float16, d=64, rows=4)
+    g = np.linspace(0.5, 2, 64).astype(np.float16)
+    b = np.linspace(-1, 1, 64).astype(np.float16)
+    y = lneps.layer_norm(x, g, b).copy()
+    y[2, 10] = np.float16(float(y[2, 10]) + 0.25)
+    with pytest.raises(AssertionError) as info:
+        lt.assert_close(y, x=x, gamma=g, beta=b, eps=1e-5, max_ulp=1.0)
+    text = str(info.value)
+    assert "worst at index (2, 10)" in text
+    assert "row's mean" in text and "rstd" in text
+    assert f"gamma here {float(g[10])!r}" in text and f"beta here {float(b[10])!r}" in text
+    assert "times the bound" in text
+
+
+def test_the_message_names_epsilon_missing_on_a_constant_row():
+    x = _rows(np.float16, d=64, rows=4)
+    x[1] = np.float16(2.5)
+    with np.errstate(all="ignore"):
+        xf = x.astype(np.float32)
+        t = xf - xf.mean(axis=-1, keepdims=True)
+        y = (t / np.sqrt((t * t).mean(axis=-1, keepdims=True))).astype(np.float16)  # no eps
+    with pytest.raises(AssertionError, match="suspect: NaN on a constant row: epsilon missing"):
+        lt.assert_close(y, x=x, eps=1e-5, max_ulp=1.0)
+
+
+def test_the_message_names_inexact_statistics_on_a_constant_row():
+    x = np.full((1, 8), 60000, dtype=np.float16)
+    y = np.full((1, 8), -2048, dtype=np.float16)  # what torch 2.13 returned on this row
+    with pytest.raises(AssertionError, match="suspect: a constant row's output far from beta"):
+        lt.assert_close(y, x=x, eps=1e-12, max_ulp=1.0)
+
+
+def test_grading_in_blocks_changes_nothing(monkeypatch):
+    import lneps.testing.assertions as A
+
+    x = _rows(np.float16, d=24, rows=50)
+    g = np.linspace(0.5, 2, 24).astype(np.float16)
+    y = lneps.layer_norm(x, g, eps=1e-5, compute_dtype=np.float16)  # the naive layer: some elements off
+    whole = lt.compare(y, x=x, gamma=g, eps=1e-5)
+    messages = []
+    for elements in (1 << 18, 37, 1):
+        monkeypatch.setattr(A, "_BLOCK_ELEMENTS", elements)
+        report = lt.assert_close(y, x=x, gamma=g, eps=1e-5, max_ulp=100.0)
+        assert report == whole and np.array_equal(report.scaled_error, whole.scaled_error)
+        with pytest.raises(AssertionError) as info:
+            lt.assert_close(y, x=x, gamma=g, eps=1e-5, max_ulp=0.5)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] == messages[2]
+    assert f"worst at index {whole.worst_index}" in messages[0] or "worst at index" in messages[0]
