@@ -6,30 +6,8 @@ from threadpoolctl import threadpool_limits
 import pytest
 
 from lneps.book import activations as A
+from float16_sums import naive_f16_sumsq
 from network_data import measurements, model, sentences
-
-
-def pairwise_f16(values):
-    """Pairwise sum of float16 numbers, every addition rounded to float16 (zero-padded to a
-    power of two, like lneps.book.precision.rounded_sum), one row at a time."""
-    vals = [np.float16(v) for v in values]
-    width = 1
-    while width < len(vals):
-        width *= 2
-    vals += [np.float16(0)] * (width - len(vals))
-    with np.errstate(over="ignore"):
-        while len(vals) > 1:
-            half = len(vals) // 2
-            vals = [np.float16(vals[i] + vals[i + half]) for i in range(half)]
-    return float(vals[0])
-
-
-def naive_f16_sumsq(row):
-    r = row.astype(np.float16)
-    mu = np.float16(pairwise_f16(r) / r.size)
-    with np.errstate(over="ignore"):
-        v = [np.float16(a - mu) for a in r]
-        return pairwise_f16([np.float16(a * a) for a in v])
 
 
 def test_float16_sum_of_squares_matches_a_written_out_pairwise_sum():

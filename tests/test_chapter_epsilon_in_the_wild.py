@@ -14,7 +14,7 @@ import pytest
 import lneps
 from lneps.book import defaults, eps_swap
 from notebooks import glued, read, stream_text
-from test_defaults import EXPECTED_VERDICTS, bib_entries
+from bibliography import EXPECTED_VERDICTS, bib_entries
 
 NB = "epsilon_in_the_wild.ipynb"
 

@@ -231,7 +231,7 @@ def test_accuracy_survey_values(g, a, survey):
     assert a["naive16_zeros_missed"] == P.combine(s16, "naive float16").zeros_missed > 0
     assert a["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.FAMILIES)
     # the oracle settles exactly only the exact zeros, whose sign a float64 estimate cannot tell
-    assert a["settled_exactly"] == a["zeros_f16"] + a["zeros_bf16"] and a["settled_are_zeros"] is True
+    assert a["settled_exactly"] == a["zeros_f16"] + a["zeros_bf16"]
     assert g["ds_text"] == a["ds_text"] == ", ".join(map(str, DS))
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from network_data import measurements, model, reference, sentences, unpack
 from notebooks import glued
-from test_activations import naive_f16_sumsq
+from float16_sums import naive_f16_sumsq
 
 NB = "trained_network.ipynb"
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lneps.book import defaults
 from lneps.book.defaults import by_key
+from bibliography import EXPECTED_VERDICTS, bib_entries
 from notebooks import ROOT
 
 # key -> (layer, parameter, library default, kind, released values in the facts file)
@@ -62,15 +63,6 @@ NOTE = [
     ("BERT (LayerNorm)", 1e-12),
 ]
 
-EXPECTED_VERDICTS = {
-    "PyTorch LayerNorm": "right",
-    "TensorFlow LayerNorm": "right value, wrong name",  # the value is Keras's LayerNormalization's
-    "Llama 2 / 3 (RMSNorm)": "right for released checkpoints only",
-    "Mistral (RMSNorm)": "right for released checkpoints only",
-    "GPT-2 (LayerNorm)": "right",
-    "BERT (LayerNorm)": "right",
-}
-
 ISSUE_THREADS = {
     "gh-pytorch-41527": "github.com/pytorch/pytorch/issues/41527",
     "gh-tensorflow-24979": "github.com/tensorflow/tensorflow/pull/24979",
@@ -80,17 +72,6 @@ ISSUE_THREADS = {
     "gh-llama-771": "github.com/meta-llama/llama/issues/771",
     "gh-llamacpp-2384": "github.com/ggml-org/llama.cpp/pull/2384",
 }
-
-
-def bib_entries() -> dict[str, str]:
-    text = (ROOT / "references.bib").read_text()
-    starts = list(re.finditer(r"@(\w+)\{([^,]+),", text))
-    entries = {}
-    for m, nxt in zip(starts, starts[1:] + [None]):
-        key = m.group(2).strip()
-        assert key not in entries, f"duplicate bib key {key}"
-        entries[key] = text[m.start(): nxt.start() if nxt else len(text)]
-    return entries
 
 
 def test_every_fact_row_is_present_with_its_value():
