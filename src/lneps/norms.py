@@ -179,6 +179,17 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
     y, or ``(y, mean, rstd)`` with ``return_stats=True``. On the default path an exact zero
     element is +0, whatever the signs of x, gamma and beta (IEEE 754's rule for an exact zero
     sum); a nonzero exact value that rounds to zero is -0 when it is negative.
+
+    Examples
+    --------
+    >>> import numpy as np, lneps
+    >>> lneps.layer_norm(np.array([[1.0, 2.0, 4.0]], dtype=np.float16), eps=1e-5)
+    array([[-1.069 , -0.2673,  1.336 ]], dtype=float16)
+    >>> lneps.layer_norm(np.full((1, 4), 2.5, dtype=np.float16), eps=1e-12)  # a constant row
+    array([[0., 0., 0., 0.]], dtype=float16)
+    >>> y, mean, rstd = lneps.layer_norm(np.array([[1.0, 2.0, 3.0, 4.0]]), eps=0.0, return_stats=True)
+    >>> mean, rstd
+    (array([[2.5]]), array([[0.89442719]]))
     """
     arr, out_dtype = _input(x)
     axes = check_axes(arr, axis)
@@ -229,6 +240,10 @@ def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_sta
     shapes, ``axis`` and ``compute_dtype`` as :func:`layer_norm`; ``return_stats=True`` also
     returns ``rstd``
     :math:`= 1/\sqrt{\operatorname{mean}(z^2)+\varepsilon}` (float64 on the default path).
+
+    >>> import numpy as np, lneps
+    >>> lneps.rms_norm(np.array([3.0, 4.0], dtype=np.float32))  # eps=None: float32's machine epsilon
+    array([0.84852815, 1.1313709 ], dtype=float32)
     """
     arr, out_dtype = _input(x)
     axes = check_axes(arr, axis)
@@ -273,6 +288,11 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=F
     :func:`layer_norm` on one group's rows, whatever N.
     ``return_stats=True`` also returns
     float64 ``mean`` and ``rstd`` of shape ``(N, num_groups)``.
+
+    >>> import numpy as np, lneps
+    >>> lneps.group_norm(np.arange(8.0).reshape(1, 4, 2), 2)[0, :2]  # channels 0 and 1: one group
+    array([[-1.34163542, -0.44721181],
+           [ 0.44721181,  1.34163542]])
     """
     arr, out_dtype = _input(x)
     if arr.dtype.kind == "c":
@@ -355,6 +375,11 @@ def batch_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=0, training=True,
     megabytes plus one feature's values, not a copy of x.
     ``return_stats=True``
     also returns float64 ``mean`` and ``rstd``, shaped like x with the reduced axes kept.
+
+    >>> import numpy as np, lneps
+    >>> lneps.batch_norm(np.array([[1.0, 10.0], [3.0, 30.0]]))  # each column over the batch
+    array([[-0.999995  , -0.99999995],
+           [ 0.999995  ,  0.99999995]])
     """
     arr, out_dtype = _input(x)
     if arr.dtype.kind == "c":
