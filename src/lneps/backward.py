@@ -18,26 +18,44 @@ RMS norm: :math:`r = (\operatorname{mean}(z^2)+\varepsilon)^{-1/2}`, :math:`n = 
 :math:`\partial L/\partial\gamma = \sum g\odot n`. ``lneps.book.symbolic_backward`` derives all of
 them with SymPy.
 
-Precision. By default everything is computed in float64 (at least) and rounded once to the
-input's dtype. The formula subtracts terms of size :math:`|\hat g|/\sqrt{q+\varepsilon}`, so
-its float64 error is a few units of 2^-53 times that size, not times the result: an entry much
-smaller than its row's terms (the radial direction when :math:`q \gg \varepsilon`, as for the
-Jacobian's radial eigenvalue) has a correspondingly larger relative error. For float16,
-bfloat16 and float32 input that float64 error is far below the output's half ulp, so the
-result is the format's nearest value to the float64 one. ``compute_dtype`` rounds every operation to that format
-instead, ε included, like a naive low-precision kernel; ``stats_dtype`` additionally rounds
-the saved statistics (mean and :math:`1/\sqrt{q+\varepsilon}`) to a format before they are
-used, as a framework does that keeps them in the input's dtype between the forward and the
-backward.
+Precision. By default (``compute_dtype`` and ``stats_dtype`` None) the gradients are
+correctly rounded: for real input of float16, bfloat16, float32 or float64 (integers are taken
+as float64), every element of :math:`\partial L/\partial z`, :math:`\partial L/\partial\gamma`
+and :math:`\partial L/\partial\beta` is the nearest number of the output format (x's dtype),
+ties to even, to the exact value of the formulas above (biased variance, ε inside the square
+root) on x, the upstream gradient, γ and ε as the binary numbers they store. An exact zero is
++0; a nonzero value that rounds to zero keeps its sign. :mod:`lneps.kernel.gradients` computes
+them: exact integer numerators, a float64 or double-double estimate of the one irrational factor
+with a proven error bound, and exact integer arithmetic where the estimate cannot decide. Where
+the exact value is undefined or the input is not finite the float64 formula's result stands: a
+row holding NaN or inf (in x or the upstream gradient; every row if γ holds one) gets the NaN
+or inf of that arithmetic in :math:`\partial L/\partial z`; a NaN or inf in x makes every
+entry of :math:`\partial L/\partial\gamma` the float64 formula's, and one in the upstream
+gradient the entries of its column in :math:`\partial L/\partial\gamma` and
+:math:`\partial L/\partial\beta`. With ε = 0 a constant row (layer norm) or a row of zeros
+(RMS norm) has :math:`u = 0/0`, so its :math:`\partial L/\partial z` and every entry of
+:math:`\partial L/\partial\gamma` are NaN, while :math:`\partial L/\partial\beta` is unaffected.
+
+Complex input (and ``np.longdouble``) is computed by the float64 (complex128) formula and
+rounded once. That formula subtracts terms of size :math:`|\hat g|/\sqrt{q+\varepsilon}`, so
+its error is a few units of 2^-53 times that size, not times the result: an entry much smaller
+than its row's terms (the radial direction when :math:`q \gg \varepsilon`) has a
+correspondingly larger relative error. ``stats_dtype`` alone keeps that float64 formula and
+rounds the saved statistics (mean and :math:`1/\sqrt{q+\varepsilon}`) to a format before they
+are used, as a framework does that keeps them in the input's dtype between the forward and the
+backward. ``compute_dtype`` rounds every operation to that format instead, ε included, like a
+naive low-precision kernel.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
+from .kernel import gradients as _gradients
 from .norms import rms_norm_default_eps
 from .rounded import rounded_sum
 
@@ -106,6 +124,28 @@ def _reduce_rows(a, axis, dt):
     return rounded_sum(moved, dt, axis=0)[0]
 
 
+#: The formats the correctly rounded kernel takes exactly (integers arrive as float64).
+_EXACT = tuple(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+
+
+def _exact_ok(arr, g, gam):
+    """Whether the correctly rounded kernel takes these arrays (real, at most float64)."""
+    return arr.dtype in _EXACT and g.dtype in _EXACT and (gam is None or gam.dtype in _EXACT)
+
+
+def _correctly_rounded(kind, arr, g, gam, eps, axis, out_dtype):
+    """The kernel on rows (the normalized axis last), reshaped back: (dx, dgamma[, dbeta])."""
+    rows = np.moveaxis(arr, axis, -1)
+    shape = rows.shape
+    d = shape[-1]
+    x2 = rows.reshape(-1, d)
+    g2 = np.moveaxis(g, axis, -1).reshape(-1, d)
+    gv = None if gam is None else (gam if gam.ndim == 0 else gam.reshape(-1))
+    f = _gradients.layer_norm_gradients if kind == "layer" else _gradients.rms_norm_gradients
+    out = f(x2, g2, gv, eps=eps, dtype=out_dtype)
+    return (np.moveaxis(out[0].reshape(shape), -1, axis), *out[1:])
+
+
 def layer_norm_backward(x, grad, gamma=None, *, eps=1e-5, axis=-1, compute_dtype=None,
                         stats_dtype=None) -> LayerNormGrads:
     r"""Gradients of :math:`L` through :math:`y = \gamma\odot(z-\mu)/\sqrt{\sigma^2+\varepsilon}+\beta`.
@@ -116,12 +156,29 @@ def layer_norm_backward(x, grad, gamma=None, *, eps=1e-5, axis=-1, compute_dtype
     :class:`~lneps.backward.LayerNormGrads` ``(x, gamma, beta)``: :math:`\partial L/\partial z` shaped like x,
     and the two parameter gradients of shape (d,), summed over all rows.
 
-    Precision: module docstring. With ``compute_dtype`` every operation is rounded to it;
-    with ``stats_dtype`` the mean and :math:`1/\sqrt{q+\varepsilon}` are rounded to that
-    format before use (so :math:`(q+\varepsilon)^{-1/2} > 65504` becomes inf in float16).
-    With ``eps = 0`` a constant row gives NaN, in that row and in the parameter gradients.
+    Precision (module docstring): by default each element is correctly rounded, the output
+    format's nearest number (ties to even) to the exact gradient of
+    :math:`\gamma\odot(z-\mu)/\sqrt{\sigma^2+\varepsilon}+\beta` (biased variance) on the
+    binary inputs; an exact zero is +0. With ``eps = 0`` a constant row has :math:`u = 0/0`:
+    NaN in that row of :math:`\partial L/\partial z` and in every entry of
+    :math:`\partial L/\partial\gamma`; rows with NaN or inf follow the float64 formula. With
+    ``compute_dtype`` every operation is rounded to it; with ``stats_dtype`` (and no
+    ``compute_dtype``) the float64 formula is used with the mean and
+    :math:`1/\sqrt{q+\varepsilon}` rounded to that format before use (so
+    :math:`(q+\varepsilon)^{-1/2} > 65504` becomes inf in float16).
+
+    >>> import numpy as np, lneps
+    >>> x = np.array([[1.0, 2.0, 4.0, 7.0]], dtype=np.float32)
+    >>> g = np.array([[0.5, -1.0, 0.25, 2.0]], dtype=np.float32)
+    >>> grads = lneps.layer_norm_backward(x, g, eps=1e-5)
+    >>> print(grads.x)
+    [[ 0.41045633 -0.39746836 -0.15846746  0.14547947]]
+    >>> print(grads.gamma, grads.beta)
+    [-0.5455442   0.6546531   0.05455442  3.0550475 ] [ 0.5  -1.    0.25  2.  ]
     """
     arr, g, gam, eps, axis, out_dtype, dt, sdt = _inputs(x, grad, gamma, eps, axis, compute_dtype, stats_dtype)
+    if dt is None and sdt is None and _exact_ok(arr, g, gam):
+        return LayerNormGrads(*_correctly_rounded("layer", arr, g, gam, eps, axis, out_dtype))
     mean, cast = _ops(dt)
     z, g = _work(arr, dt), _work(g, dt)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -145,11 +202,25 @@ def rms_norm_backward(x, grad, gamma=None, *, eps=None, axis=-1, compute_dtype=N
 
     ``eps=None`` follows ``torch.nn.RMSNorm``, as :func:`lneps.rms_norm` does
     (:func:`lneps.rms_norm_default_eps` of x's dtype).
-    Same checks, dtypes and ``compute_dtype`` as :func:`layer_norm_backward`. Returns
+    Same checks, dtypes, ``compute_dtype`` and accuracy as :func:`layer_norm_backward`: by
+    default each element is the output format's nearest number (ties to even) to the exact
+    gradient on the binary inputs; with ``eps = 0`` a row of zeros has :math:`n = 0/0`, NaN in
+    that row and in every entry of :math:`\partial L/\partial\gamma`. Returns
     :class:`~lneps.backward.RMSNormGrads` ``(x, gamma)``.
+
+    >>> import numpy as np, lneps
+    >>> x = np.array([[1.0, -2.0, 0.5]], dtype=np.float16)
+    >>> g = np.array([[1.0, 1.0, -3.0]], dtype=np.float16)
+    >>> grads = lneps.rms_norm_backward(x, g, np.float16(2.0))
+    >>> print(grads.x, grads.x.dtype)
+    [[ 2.232  0.072 -4.176]] float16
+    >>> print(grads.gamma)
+    [ 0.756 -1.512 -1.134]
     """
     eps = rms_norm_default_eps(as_float_array(x)[0].dtype) if eps is None else eps
     arr, g, gam, eps, axis, out_dtype, dt, _ = _inputs(x, grad, gamma, eps, axis, compute_dtype, None)
+    if dt is None and _exact_ok(arr, g, gam):
+        return RMSNormGrads(*_correctly_rounded("rms", arr, g, gam, eps, axis, out_dtype))
     mean, cast = _ops(dt)
     z, g = _work(arr, dt), _work(g, dt)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

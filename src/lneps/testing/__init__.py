@@ -29,9 +29,10 @@ bfloat16, float32 or float64; p significand bits):
 """
 
 from .assertions import assert_close, default_tolerance
+from .backward_bound import backward_bound, backward_scale
 from .bounds import U32, two_pass_bound
 from .compare import DEFAULT, OPS, WRT, Report, compare
 from .families import Family, families
 
 __all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "two_pass_bound",
-           "Family", "families"]
+           "backward_bound", "backward_scale", "Family", "families"]
