@@ -173,3 +173,48 @@ def test_grading_in_blocks_changes_nothing(monkeypatch):
         messages.append(str(info.value))
     assert messages[0] == messages[1] == messages[2]
     assert f"worst at index {whole.worst_index}" in messages[0] or "worst at index" in messages[0]
+
+
+@pytest.mark.parametrize("op, wrts", [("layer_norm_backward", ("x", "gamma", "beta")),
+                                      ("rms_norm_backward", ("x", "gamma"))])
+def test_the_backward_pass_is_graded_against_its_exact_gradients(op, wrts):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(16, 64)).astype(np.float32)
+    dy = rng.normal(size=(16, 64)).astype(np.float32)
+    g = rng.uniform(0.5, 2, size=64).astype(np.float32)
+    fn = lneps.layer_norm_backward if op == "layer_norm_backward" else lneps.rms_norm_backward
+    exact = fn(x, dy, g, eps=1e-5)
+    # a correct float32 kernel (two passes, the textbook formula) passes the derived tolerance
+    xf, gh = x.astype(np.float32), (dy * g).astype(np.float32)
+    if op == "layer_norm_backward":
+        t = xf - xf.mean(axis=-1, keepdims=True)
+    else:
+        t = xf
+    r = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True) + np.float32(1e-5))
+    u = t * r
+    if op == "layer_norm_backward":
+        dx = (gh - gh.mean(axis=-1, keepdims=True) - u * (gh * u).mean(axis=-1, keepdims=True)) * r
+    else:
+        dx = (gh - u * (gh * u).mean(axis=-1, keepdims=True)) * r
+    mine = {"x": dx, "gamma": (dy * u).sum(axis=0), "beta": dy.sum(axis=0)}
+    for wrt in wrts:
+        report = lt.assert_close(mine[wrt].astype(np.float32), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt=wrt)
+        assert report.n == getattr(exact, wrt).size
+        lt.assert_close(getattr(exact, wrt), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt=wrt, max_ulp=0.5,
+                        metric="ulp")
+    # eps forgotten in the backward pass: caught on a near-constant row (for RMS norm, a tiny one)
+    base = 1.0 if op == "layer_norm_backward" else 0.0
+    x[3] = np.float32(base) + np.float32(2.0**-20) * rng.integers(-3, 4, size=64)
+    t = x - x.mean(axis=-1, keepdims=True) if op == "layer_norm_backward" else x
+    with np.errstate(all="ignore"):
+        r0 = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True))
+        u0 = t * r0
+        centred = gh - gh.mean(axis=-1, keepdims=True) if op == "layer_norm_backward" else gh
+        bad = (centred - u0 * (gh * u0).mean(axis=-1, keepdims=True)) * r0
+    assert np.isfinite(bad[:3]).all()
+    with pytest.raises(AssertionError, match=f"{op} \\(wrt=x\\)"):
+        lt.assert_close(bad.astype(np.float32), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt="x")
+    with pytest.raises(TypeError, match="needs dy="):
+        lt.assert_close(dx, x=x, gamma=g, eps=1e-5, op=op, wrt="x")
+    with pytest.raises(ValueError, match="wrt must be one of"):
+        lt.assert_close(dx, x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt="bias")
