@@ -213,8 +213,9 @@ def test_hypothesis_float64(values, eps):
     assert same(lneps.rms_norm(x, eps=eps), oracle.rms_norm_exact(x, eps=eps)).all()
 
 
-def test_oracle_rounding_is_the_fractions_one():
-    # The kernel's exact tier uses oracle.round_quotient; spot-check its input assembly.
+def test_the_oracles_rounding_of_hand_assembled_values_agrees_with_the_kernel():
+    # The kernel's rational arithmetic rounds with its own lneps.kernel.surd; the oracle's
+    # round_quotient of t and s assembled by hand gives the same.
     x = np.array([[0.1, 0.7, -0.3]])
     S = sum(Fraction(v) for v in x[0])
     t = [3 * Fraction(v) - S for v in x[0]]
@@ -507,3 +508,19 @@ def test_level_sums_are_exact():
             if ok[j][i]:
                 assert sum(Fraction(float(p[i])) for p in parts[j]) == factor * exact
     assert ok[0][0] and ok[1][0]
+
+
+def test_level_sums_near_the_top_of_the_range_are_exact_or_declined_without_overflow():
+    # Q is formed from exponents (4 d max|x| overflowed once): rows that fit are exact, rows
+    # within a factor of about 8d of the largest float64 are declined (not ok), silently
+    import warnings
+
+    rng = np.random.default_rng(55)
+    big = np.finfo(F64).max
+    a = rng.uniform(-1, 1, (4, 7)) * np.array([[big], [big / 2**60], [1e300], [2.0**-1070]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parts, ok = kernel_triple.level_sums(lambda: iter([(slice(None), [a])]), 4, 7)
+    assert list(ok[0]) == [False, True, True, True]
+    for i in np.flatnonzero(ok[0]):
+        assert sum(Fraction(float(p[i])) for p in parts[0]) == sum(Fraction(float(v)) for v in a[i])

@@ -292,7 +292,10 @@ def _reciprocal_root(s: Fraction) -> float:
     """:math:`1/\\sqrt s` for a rational s > 0, within :math:`u + 2^{-64}` relative."""
     N, D = s.numerator, s.denominator
     # 1/sqrt(N/D) = sqrt(D N)/N, and f = isqrt(D N 4^64) >= 2^64 has relative error <= 2^-64.
-    return float(Fraction(isqrt((D * N) << 128), N << 64))
+    r = Fraction(isqrt((D * N) << 128), N << 64)
+    # beyond float64 (a constant row at the top of the range with a tiny eps): inf; those
+    # elements are settled exactly (their numerator is 0, or their bound infinite)
+    return float(r) if r < 2**1024 else float("inf")
 
 
 class _Rows:

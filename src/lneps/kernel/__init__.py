@@ -25,7 +25,9 @@ B. double-double (float64 input, rows tier A cannot prove, and the elements tier
    tried in triple precision (:mod:`lneps.kernel.triple`).
 C. exact (:mod:`lneps.kernel.exact`). An element still undecided lies on or within a hair of
    a boundary: exact ties and exact cancellation, recognized and rounded exactly with
-   error-free float64 operations, vectorized; what remains (rare) by rational arithmetic.
+   error-free float64 operations, vectorized; what remains (rare) by rational arithmetic,
+   rounded exactly by the kernel's own :func:`lneps.kernel.surd.round_surd` (the kernel
+   never imports :mod:`lneps.oracle`, which judges it).
    :mod:`lneps.kernel.settle` gathers the undecided elements of all blocks and takes them
    through these tiers.
 
@@ -49,7 +51,7 @@ from . import dd
 from .double_double import DDRows, extreme, finish_rows, inference
 from .exact import exact_affine, exact_root
 from .settle import Settler
-from ..oracle import format_of, round_quotient
+from .surd import binary_format, round_surd
 from .rounding import FAST_FORMATS, near_boundary, to_format
 
 __all__ = ["normalize", "normalize_with", "BLOCK_ELEMENTS"]
@@ -204,6 +206,11 @@ class _Block:
                 T[0], T[1] = hi, T[1] + e
             s = (T[0] + T[1]) / d + (float(d) * d * self.eps if kind == "layer" else self.eps)
             r = 1.0 / np.sqrt(s)
+            if kind == "layer" and self.eps > 2.0**1000 / (float(d) * d):
+                # d^2 eps overflowed (eps near the top of float64's range): r = 1/(d sqrt(T/d^3 + eps)),
+                # one rounding more (the 6 of E holds it); every such y rounds to a signed 0 anyway
+                big = ~np.isfinite(s)
+                r[big] = 1.0 / (d * np.sqrt((T[0][big] + T[1][big]) / d / (float(d) * d) + self.eps))
             # sum of squares: gamma_n (gamma_{n+2} for split rows, whose t carries one
             # rounding); /d, + c eps, sqrt, 1/: four more roundings; * r: one; split rows' t:
             # one more. n: the chunk's length, plus 2 for the chunks' double-double sum.
@@ -425,13 +432,13 @@ def _with_block(x2d, m, v, eps, gg, bb, counts):
         done &= s_hi[I] != 0  # 0/0 and a/0: left to the rational arithmetic
         counts["exact_elements"] += int(flags.sum())
         out[I[done], J[done]] = to_format(values[done], dt) if fast else values[done]
-        fmt = format_of(dt)
+        fmt = binary_format(dt)
         for i, j in zip(I[~done], J[~done]):
             counts["fraction_elements"] += 1
             q = Fraction(float(x[i, j])) - Fraction(float(m[i, 0]))
             q *= 1 if gg is None else Fraction(float(gg[i, j]))
             s = Fraction(float(v[i])) + Fraction(eps)
-            out[i, j] = round_quotient(q, s, 0 if bb is None else Fraction(float(bb[i, j])), fmt)
+            out[i, j] = round_surd(q, s, 0 if bb is None else Fraction(float(bb[i, j])), fmt)
     return out, rstd
 
 

@@ -7,7 +7,11 @@ so that the temporaries stay in a core's cache and a long row needs no row-sized
 
 1. *Scale.* A float64 row whose largest magnitude M lies outside :math:`[2^{-400}, 2^{400}]` is
    multiplied by a power of two (exact but for elements that underflow, whose error is
-   bounded), so that no square overflows or underflows; ε is scaled with it.
+   bounded), so that no square overflows or underflows; ε is scaled with it (a tiny row is
+   scaled up only so far that ε stays below :math:`2^{900}`, and never down). Whether a row
+   is finite is read from M, not from its float64 sum, which overflows near the top of the
+   range (that sum is then formed scaled, for the pivot alone); :func:`reciprocal_sqrt` takes
+   any s.
 2. *Pivot and mean.* :math:`w_i + w'_i = x_i - c` exactly (:func:`lneps.kernel.dd.two_sum`) with
    :math:`c = \mathrm{fl}(\mathrm{mean}(x))` when it is at least M/4 (offset and nearly
    constant rows), else c = 0. :math:`\sum w_i` is a :func:`lneps.kernel.dd.quantum_sum` per tile
@@ -72,8 +76,18 @@ def reciprocal_sqrt(s_hi, s_lo, es):
     r""":math:`1/\sqrt{s_h + s_l}` as ``(r0, r_lo, er)``: one Newton step from
     :math:`r_0 = \mathrm{fl}(1/\sqrt{s_h})`, :math:`r = r_0(1-\rho)^{-1/2}` with
     :math:`\rho = 1 - s r_0^2`; er bounds the relative error of :math:`r_0 + r_{lo}` (the
-    series' next term, ρ's rounding, and s's own error ``es``)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    series' next term, ρ's rounding, and s's own error ``es``). An s beyond :math:`2^{\pm 900}`
+    (eps near the top of the range, a constant row's tiny eps) is taken as :math:`4^j s'`,
+    exactly, and :math:`r = 2^{-j} r'`: :math:`r_0^2` and :math:`s r_0^2` must neither overflow
+    nor underflow, nor s reach Veltkamp's split limit :math:`2^{996}`."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        far = ((s_hi > 2.0**900) | (s_hi < 2.0**-900)) & (s_hi > 0) & np.isfinite(s_hi)
+        j = None
+        if np.any(far):
+            _, e = np.frexp(s_hi)
+            j = np.where(far, e // 2, 0)
+            # (s_lo 4^-j may underflow: within 2^-1074 s', far below the 2^-104 in er)
+            s_hi, s_lo, es = np.ldexp(s_hi, -2 * j), np.ldexp(s_lo, -2 * j), np.ldexp(es, -2 * j)
         r0 = 1.0 / np.sqrt(s_hi)
         w, we = dd.two_prod(r0, r0)
         z, ze = dd.two_prod(s_hi, w)
@@ -82,6 +96,8 @@ def reciprocal_sqrt(s_hi, s_lo, es):
         e_rho = 4 * U * (np.abs(ze) + np.abs(tail) + np.abs(rho)) + 2.0**-104
         r_lo = r0 * rho * 0.5
         er = 0.4 * rho * rho + 0.5 * e_rho + 2 * U * np.abs(rho) + 0.51 * es / s_hi + 2.0**-104
+        if j is not None:
+            r0, r_lo = np.ldexp(r0, -j), np.ldexp(r_lo, -j)  # exact: 2^-j r' is far from under/overflow
     return r0, r_lo, er
 
 
@@ -125,22 +141,35 @@ class DDRows:
         M = np.zeros(n)
         total = np.zeros(n)
         tile_max = []
+        top, bottom = np.full(n, -np.inf), np.full(n, np.inf)  # constant rows: top == bottom
         with np.errstate(over="ignore", invalid="ignore"):
             for r0, r1, c0, c1 in self.tiles:
                 x = np.asarray(xr[r0:r1, c0:c1], dtype=np.float64)
-                tile_max.append(np.maximum(x.max(axis=1), -x.min(axis=1)))  # no |x| temporary
+                hi, lo = x.max(axis=1), x.min(axis=1)
+                np.maximum(top[r0:r1], hi, out=top[r0:r1])
+                np.minimum(bottom[r0:r1], lo, out=bottom[r0:r1])
+                tile_max.append(np.maximum(hi, -lo))  # no |x| temporary
                 np.maximum(M[r0:r1], tile_max[-1], out=M[r0:r1])
                 if kind == "layer":
                     total[r0:r1] += x.sum(axis=1)
-        #: rows holding inf or NaN: their results here are meaningless (the caller redoes them)
-        self.finite = np.isfinite(M) & np.isfinite(total)
+        #: rows holding inf or NaN: their results here are meaningless (the caller redoes them).
+        #: (The maximum says it: NaN and inf both make it non-finite. The sum does not: the
+        #: float64 sum of finite numbers near the top of the range overflows.)
+        self.finite = np.isfinite(M)
         M = np.where(self.finite, M, 0.0)
+        mean_over = self._mean_if_overflowed(xr, M, total) if kind == "layer" else None
         k = np.zeros(n, dtype=np.int64)
         if not fast and not np.all(((M <= 2.0**400) & (M >= 2.0**-400)) | (M == 0)):
             _, kk = np.frexp(M)
             need = (M > 2.0**400) | ((M < 2.0**-400) & (M > 0))
-            if eps > 0:  # scaled up, eps must not overflow: eps 2^-2k <= 2^900
+            # Scaled up by at most 2^1000 (2^1073 would overflow; M 2^1000 >= 2^-74 is enough),
+            # and not so far that eps overflows: eps 2^-2k <= 2^900
+            kk = np.maximum(kk, -1000)
+            if eps > 0:
                 kk = np.maximum(kk, int(np.ceil((np.log2(eps) - 900) / 2)))
+            # ... but a tiny row is never scaled down (eps near the top of the range would ask
+            # for it: its elements would underflow, and eps dwarfs the squares anyway)
+            kk = np.where(M < 1, np.minimum(kk, 0), kk)
             k = np.where(need, kk, 0).astype(np.int64)
         self.k = k
         self.scale = np.ldexp(1.0, -k) if np.any(k) else None
@@ -148,7 +177,7 @@ class DDRows:
         Ms = M if self.scale is None else M * self.scale
         if kind == "layer":
             with np.errstate(over="ignore", invalid="ignore"):
-                c = total / d
+                c = total / d if mean_over is None else np.where(np.isfinite(total), total / d, mean_over)
                 c = np.where(np.isfinite(c) & (np.abs(c) >= M / 4), c, 0.0)
                 if sum_exact is not None:  # no pivot: its rounding would spoil an exact sum
                     c = np.where(sum_exact, 0.0, c)
@@ -232,7 +261,29 @@ class DDRows:
             self.k0 = 1.02 * r0 * (ev + er * (Bp + ev) + Bp * (rho + 3 * U)) + 2.0**-1060
             r = r0 + r_lo
             self.rstd = r if self.scale is None else r * self.scale
+            if kind == "layer" and eps > 0:
+                # A constant row has variance 0 exactly, so rstd = 1/sqrt(eps) (two roundings).
+                # Its s above is eps (scaled: rounded, or underflowed to 0, and r0^2 may
+                # overflow) plus the roundings of the mean (which the bounds hold): no rstd.
+                self.rstd = np.where(top == bottom, 1.0 / np.sqrt(eps), self.rstd)
         self.mean = None if mean_s is None else (mean_s if self.scale is None else np.ldexp(mean_s, k))
+
+    def _mean_if_overflowed(self, xr, M, total):
+        """Where the float64 sum of a finite row overflowed (or met inf - inf), the row's mean
+        from its sum scaled by :math:`2^{-k}` (:math:`M < 2^k`), within a few ulps (inf if
+        that rounds past the largest number); None if no sum overflowed. Only the pivot c
+        uses it, and any pivot is exact (its rounding error is in the bounds)."""
+        over = self.finite & ~np.isfinite(total)
+        if not over.any():
+            return None
+        _, kt = np.frexp(M)
+        kt = np.where(over, kt, 0)
+        scaled = np.zeros(M.shape)
+        for r0, r1, c0, c1 in self.tiles:
+            x = np.asarray(xr[r0:r1, c0:c1], dtype=np.float64)
+            scaled[r0:r1] += np.ldexp(x, -kt[r0:r1, None]).sum(axis=1)  # |x 2^-k| < 1: no overflow
+        with np.errstate(over="ignore"):
+            return np.ldexp(scaled / self.d, kt)
 
     def _pivoted(self, x, rows=None):
         """``(w, w')``: the scaled x minus the pivot, exactly (w' is None without a pivot)."""

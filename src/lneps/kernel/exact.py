@@ -28,11 +28,13 @@ float64 number. Such rows are recognized, and settled with error-free float64 op
    three floats, rounded exactly by :func:`lneps.kernel.rounding.round_pair` (a tie goes to even, an
    exact 0 is +0) in :func:`round_affine`. :math:`t = 0` needs no σ: y is β.
 
-Magnitudes are kept where no product underflows or overflows (:math:`2^{-300} \le M \le 2^{300}`,
-ε 0 or within :math:`2^{\pm 600}`, gains within :math:`2^{\pm 900}`). Every element left over
+Magnitudes are kept where no product underflows or overflows: a row beyond
+:math:`2^{-300} \le M \le 2^{300}` is scaled by a power of two :math:`2^{-k}` (ε by
+:math:`2^{-2k}`), which leaves its results unchanged, where that is exact; ε (so scaled) 0 or
+within :math:`2^{\pm 600}`, gains within :math:`2^{\pm 900}`. Every element left over
 (an irrational :math:`\sqrt s` within :math:`2^{-100}` of a boundary by chance, or a float64
 bias cancelling :math:`\gamma u` to its last bits) is settled by :func:`fraction_settle`: exact
-integer row statistics and :func:`lneps.oracle.round_quotient`, element by element, slow
+integer row statistics and :func:`lneps.kernel.surd.round_surd`, element by element, slow
 (tens of microseconds an element) and rare.
 """
 
@@ -43,8 +45,8 @@ from fractions import Fraction
 import numpy as np
 
 from . import dd
-from ..oracle import format_of, round_quotient
 from .rounding import round_pair
+from .surd import binary_format, round_surd
 
 __all__ = ["ExactRows", "settle", "exact_affine", "round_affine", "exact_root", "fraction_settle"]
 
@@ -83,15 +85,32 @@ class ExactRows:
             np.maximum(top, x.max(axis=1), out=top)
             np.minimum(bottom, x.min(axis=1), out=bottom)
         self.unit, self.units, self.top = self._two_values(xr, chunks, kind, eps, M, top, bottom)
-        ok = (M == 0) | ((M >= _LOW) & (M <= _HIGH))
-        ok &= (eps == 0) | ((eps >= 2.0**-600) & (eps <= 2.0**600))
+        # A row beyond [2^-300, 2^300] is taken as x 2^-k (2^(k-1) <= M < 2^k; k >= -1000, so
+        # that 2^-k is a float64 number) and eps as eps 2^-2k: its results do not change, and
+        # the squares and products below stay clear of overflow and underflow. Exact unless an
+        # element underflows, or eps 2^-2k leaves [2^-600, 2^600]: such rows are not ok.
+        ok = np.isfinite(M)
+        _, k = np.frexp(np.where(ok, M, 0.0))
+        far = ok & (M > 0) & ((M < _LOW) | (M > _HIGH))
+        self.scale = None
+        eps_s = np.full(n, float(eps))
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            if far.any():
+                shift = np.where(far, np.maximum(k.astype(np.int64), -1000), 0)
+                self.scale = np.ldexp(1.0, -shift)
+                eps_s = np.ldexp(eps_s, -2 * shift)
+                M = M * self.scale
+                for x in _chunks_of(xr, chunks):
+                    ok &= ((x * self.scale[:, None]) / self.scale[:, None] == x).all(axis=1)
+        ok &= (eps == 0) | ((eps_s >= 2.0**-600) & (eps_s <= 2.0**600))
+        self.eps, self.eps_scaled = eps, eps_s
         with np.errstate(over="ignore", invalid="ignore"):
             S = np.zeros(n)
             if kind == "layer":
                 _, e = np.frexp(2.0 * d * M)
                 Qc = np.maximum(np.ldexp(1.0, e - 53), 2.0**-1074)[:, None]
                 C = 1.5 * 2.0**52 * Qc
-                for x in _chunks_of(xr, chunks):
+                for x in self._chunks(xr, chunks):
                     ok &= (((x + C) - C) == x).all(axis=1)
                     S += x.sum(axis=1)  # exact where ok: multiples of Qc below 2^53 Qc
             else:
@@ -99,17 +118,17 @@ class ExactRows:
                 # multiples of 2^(e - 106), 2^e > M >= 2^-300, are above 2^-406)
                 _, e = np.frexp(M)
                 inv = np.ldexp(1.0, 106 - e)[:, None]
-                for x in _chunks_of(xr, chunks):
+                for x in self._chunks(xr, chunks):
                     scaled = x * inv  # exact: a power of two, below 2^106
                     ok &= (np.rint(scaled) == scaled).all(axis=1)
             if not ok.any():  # (no row can pass: skip the passes below)
-                self._finish(ok, S, np.zeros(n), eps, top, bottom)
+                self._finish(ok, S, np.zeros(n), top, bottom)
                 return
             # t and its square, exact where t has at most 26 significant bits; then the
             # quantum that keeps the sum of the squares below 2^53 of it, from their maximum
             kept = []
             Mp = np.zeros(n)
-            for x in _chunks_of(xr, chunks):
+            for x in self._chunks(xr, chunks):
                 t = x * d - S[:, None] if kind == "layer" else x
                 _, low = dd.split(t)
                 ok &= (low == 0).all(axis=1)
@@ -124,18 +143,27 @@ class ExactRows:
                 _, e = np.frexp(4.0 * d * Mp)
                 Qp = np.maximum(np.ldexp(1.0, e - 53), 2.0**-1074)[:, None]
                 Cp = 1.5 * 2.0**52 * Qp
-                for x in (kept or _chunks_of(xr, chunks)):
+                for x in (kept or self._chunks(xr, chunks)):
                     p = x if kept else (x * d - S[:, None] if kind == "layer" else x) ** 2
                     ok &= (((p + Cp) - Cp) == p).all(axis=1)
                     T += p.sum(axis=1)  # exact where ok: multiples of Qp below 2^53 Qp
-        self._finish(ok, S, T, eps, top, bottom)
+        self._finish(ok, S, T, top, bottom)
 
-    def _finish(self, ok, S, T, eps, top, bottom):
+    def _chunks(self, xr, chunks):
+        """The rows' chunks as float64, scaled (see __init__) where they must be."""
+        for x in _chunks_of(xr, chunks):
+            yield x if self.scale is None else x * self.scale[:, None]
+
+    def scaled(self, x, k):
+        """Elements x (float64) of the rows k as this class sees them: x 2^-k where scaled."""
+        return x if self.scale is None else x * self.scale[k]
+
+    def _finish(self, ok, S, T, top, bottom):
         self.ok, self.S, self.T = ok, S, T
         # a constant row has t = 0 exactly, whatever its bits: u = 0, or 0/0 with eps = 0
         self.const = (top == bottom) & np.isfinite(top) & (self.kind == "layer")
-        self.zero_s = ((ok & (T == 0)) | self.const) & (eps == 0)
-        self.sigma = self._sqrt(T, self.d, self.kind, eps, ok & ~self.zero_s)
+        self.zero_s = ((ok & (T == 0)) | self.const) & (self.eps == 0)  # (eps itself: a scaled one may underflow)
+        self.sigma = self._sqrt(T, self.d, self.kind, self.eps_scaled, ok & ~self.zero_s)
 
     @staticmethod
     def _two_values(xr, chunks, kind, eps, M, top, bottom):
@@ -171,7 +199,8 @@ class ExactRows:
 
     @staticmethod
     def _sqrt(T, d, kind, eps, todo):
-        """The float64 σ with dσ² = T + cε exactly (c = d³ or d), NaN where there is none."""
+        """The float64 σ with dσ² = T + cε exactly (c = d³ or d; ε per row, each 0 or within
+        2^±600), NaN where there is none."""
         sigma = np.full(T.shape, np.nan)
         if not todo.any():
             return sigma
@@ -179,9 +208,10 @@ class ExactRows:
         ce = [*dd.two_prod(np.float64(c[0]), np.float64(c[1]))] if len(c) == 2 else [np.float64(c[0]), np.float64(0.0)]
         eps_terms = []
         for part in ce:  # c eps as four exact terms
-            eps_terms += list(dd.two_prod(part, np.float64(eps)))
+            eps_terms += list(dd.two_prod(part, eps[todo]))
+        eps_terms = [t for t in eps_terms if t.any()]  # (eps = 0: none)
         Tt = T[todo]
-        base = np.sqrt((Tt + float(eps_terms[0])) / d)  # within a few ulps of sigma, if any
+        base = np.sqrt((Tt + (eps_terms[0] if eps_terms else 0.0)) / d)  # within a few ulps of sigma, if any
         found = np.full(Tt.shape, np.nan)
         left = np.arange(Tt.size)
         for step in (0, 1, -1, 2, -2):
@@ -191,7 +221,7 @@ class ExactRows:
             p1, p2 = dd.two_prod(cand, cand)
             q1, q2 = dd.two_prod(p1, np.float64(d))
             q3, q4 = dd.two_prod(p2, np.float64(d))
-            sign = dd.expansion_sign([q1, q2, q3, q4, -Tt[left]] + [-np.float64(t) for t in eps_terms if t != 0])
+            sign = dd.expansion_sign([q1, q2, q3, q4, -Tt[left]] + [-t[left] for t in eps_terms])
             hit = (sign == 0) & (cand > 0)
             found[left[hit]] = cand[hit]
             left = left[~hit]
@@ -225,7 +255,8 @@ def settle(rows: ExactRows, k, x, g, b, dt):
     """
     const = rows.const[k]
     ok = rows.ok[k] | const
-    t = x * rows.d - rows.S[k] if rows.kind == "layer" else x
+    xs = rows.scaled(x, k)  # (the scaling cancels in t/sigma)
+    t = xs * rows.d - rows.S[k] if rows.kind == "layer" else xs
     t = np.where(const, 0.0, t)
     zero_s = rows.zero_s[k] & ok
     values, exact = exact_affine(t, 0.0, rows.sigma[k], g, b, dt)
@@ -340,9 +371,9 @@ def _ints(x, E0):
 
 def fraction_settle(xr, chunks, kind, eps, k, j, g, b, dt):
     r"""Elements (row ``k`` of ``xr``, column ``j``) rounded exactly by rational arithmetic:
-    integer row statistics and :func:`lneps.oracle.round_quotient` per element. ``g``, ``b``:
+    integer row statistics and :func:`lneps.kernel.surd.round_surd` per element. ``g``, ``b``:
     per-element gains and biases (float64) or None. Returns float64 values."""
-    fmt = format_of(dt)
+    fmt = binary_format(dt)
     rows = np.unique(k)
     sub = xr[rows]
     E0, S, Q = _row_integers(sub, chunks)
@@ -361,5 +392,5 @@ def fraction_settle(xr, chunks, kind, eps, k, j, g, b, dt):
             num = X
             s = Fraction(Q[i], d) + e * scale
         a = Fraction(num) * (1 if g is None else Fraction(float(g[n])))
-        out[n] = round_quotient(a, s, 0 if b is None else Fraction(float(b[n])), fmt)
+        out[n] = round_surd(a, s, 0 if b is None else Fraction(float(b[n])), fmt)
     return out
