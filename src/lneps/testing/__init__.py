@@ -30,9 +30,11 @@ bfloat16, float32 or float64; p significand bits):
 
 from .assertions import assert_close, default_tolerance
 from .backward_bound import backward_bound, backward_scale
-from .bounds import U32, two_pass_bound
+from .bounds import KERNEL_CLASSES, U32, forward_bound, two_pass_bound
 from .compare import DEFAULT, OPS, WRT, Report, compare
 from .families import Family, families
+from .systematic import ScaleBias, ScaleTest, scale_bias
 
-__all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "two_pass_bound",
-           "backward_bound", "backward_scale", "Family", "families"]
+__all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "forward_bound",
+           "KERNEL_CLASSES", "scale_bias", "ScaleBias", "ScaleTest", "two_pass_bound", "backward_bound",
+           "backward_scale", "Family", "families"]

@@ -111,8 +111,12 @@ def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, o
         return f"{v!r} ({v.hex()})"
 
     ratio = float(err[idx]) / b_at if b_at > 0 else np.inf
-    lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
-             f"worst at index {shown}:"]
+    if over_count:
+        lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
+                 f"worst at index {shown}:"]
+    else:
+        lines = [f"every element is within its bound, but the rows share a scale error that a correct "
+                 f"kernel's rounding cannot produce ({gr.name}, {gr.dt})", f"largest error at index {shown}:"]
     if row is not None:
         lines.append(f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}")
     if gr.stats is not None and gr.wrt is None:
@@ -242,14 +246,14 @@ def _arrays_of(call):
 
 
 def _row_statistics(gr):
-    """What the test across rows needs from one block (:mod:`lneps.testing.systematic`)."""
-    from .systematic import row_statistics
+    """The test across rows on one block: a :class:`lneps.testing.systematic.ScaleTest`."""
+    from .systematic import ScaleTest
 
-    return row_statistics(gr.name, actual=gr.a64, exact=gr.e, x=gr.x, gamma=gr.gamma, eps=gr.call_eps,
-                          axis=-1 if gr.axis is None else gr.axis, dtype=gr.dt, stats=gr.stats)
+    return ScaleTest(gr.name, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
+                     axis=-1 if gr.axis is None else gr.axis, dtype=gr.dt, exact=gr.e, stats=gr.stats, actual=gr.a)
 
 
-def _decide(call, rows_stats):
-    from .systematic import decide
+def _decide(call, tests):
+    from .systematic import combine
 
-    return decide(call.name, rows_stats, dtype=call.dt)
+    return combine(tests)
