@@ -218,3 +218,18 @@ def test_the_backward_pass_is_graded_against_its_exact_gradients(op, wrts):
         lt.assert_close(dx, x=x, gamma=g, eps=1e-5, op=op, wrt="x")
     with pytest.raises(ValueError, match="wrt must be one of"):
         lt.assert_close(dx, x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt="bias")
+
+
+def test_kernels_narrows_the_derived_tolerance_to_a_class():
+    # torch 2.13's float16 output on a constant row of 60000, eps = 1e-12: within what a Welford
+    # kernel with merged means may produce (its mean's error times 1/sqrt(eps)), beyond the
+    # two-pass class's bound, which caps a normalized value at sqrt(d)
+    x = np.full((1, 8), 60000, dtype=np.float16)
+    y = np.full((1, 8), -2048, dtype=np.float16)
+    lt.assert_close(y, x=x, eps=1e-12)
+    with pytest.raises(AssertionError, match="suspect: a constant row's output far from beta"):
+        lt.assert_close(y, x=x, eps=1e-12, kernels=("two_pass",))
+    with pytest.raises(TypeError, match="no meaning with max_ulp"):
+        lt.assert_close(y, x=x, eps=1e-12, kernels=("two_pass",), max_ulp=1.0)
+    with pytest.raises(ValueError, match="kernels must name"):
+        lt.assert_close(y, x=x, eps=1e-12, kernels=("fast",))

@@ -14,16 +14,18 @@ _BLOCK_ELEMENTS = 1 << 18
 
 
 def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-1, dy=None, wrt=None,
-                      exact=None, stats=None):
+                      exact=None, stats=None, kernels=None):
     """The per-element bound, in the scaled metric, that every correct kernel of ``op`` with
     output format ``actual_dtype`` meets: :func:`lneps.testing.forward_bound` for the forward
     ops, :func:`lneps.testing.backward_bound` for the backward ones. ``ValueError`` for an op
-    with no derived bound (group_norm, batch_norm, a callable): pass ``max_ulp=`` there."""
+    with no derived bound (group_norm, batch_norm, a callable): pass ``max_ulp=`` there.
+    ``kernels`` narrows the forward bound to some classes of
+    :data:`lneps.testing.KERNEL_CLASSES` (default: all of them)."""
     if op in ("layer_norm", "rms_norm"):
-        from .bounds import forward_bound
+        from .bounds import KERNEL_CLASSES, forward_bound
 
         return forward_bound(op, x=x, gamma=gamma, beta=beta, eps=eps, dtype=actual_dtype, axis=axis,
-                             exact=exact, stats=stats)
+                             exact=exact, stats=stats, kernels=KERNEL_CLASSES if kernels is None else kernels)
     if op in WRT:
         from .backward_bound import backward_bound
 
@@ -155,7 +157,8 @@ def assert_close(actual, *args, **kwargs):
     correct kernel is; return the :class:`Report` otherwise.
 
     ``assert_close(actual, *, x, eps, op="layer_norm", gamma=None, beta=None, max_ulp=None,
-    metric="scaled", err_msg="", axis=DEFAULT, scale=None, dy=None, wrt=None, **op_kwargs)``,
+    kernels=None, metric="scaled", err_msg="", axis=DEFAULT, scale=None, dy=None, wrt=None,
+    **op_kwargs)``,
     with the keywords of :func:`compare` (``x`` is keyword-only; an unknown keyword is a
     ``TypeError`` that names it).
 
@@ -165,7 +168,10 @@ def assert_close(actual, *args, **kwargs):
     float32, or one pass in float64; a reciprocal square root within 2 ulp; the affine step in
     any order), plus, for layer_norm and rms_norm over enough rows, a test across rows for a
     scale error every row shares (:func:`lneps.testing.scale_bias`), which catches the d - 1
-    variance and epsilon added after the square root where no per-element bound can. Pass
+    variance and epsilon added after the square root where no per-element bound can.
+    ``kernels=("two_pass",)`` (or other classes of :data:`lneps.testing.KERNEL_CLASSES`)
+    narrows the bound to the classes your kernel belongs to: sharper, since a Welford kernel's
+    merged mean may be off on a constant row, which a tiny epsilon amplifies. Pass
     ``max_ulp`` (a number, or one bound per element) to grade against another tolerance
     instead: then only that bound is applied. Whatever the bound, a NaN or infinity where the
     correctly rounded value is another number, or a finite value where it is NaN, fails.
@@ -194,6 +200,9 @@ def assert_close(actual, *args, **kwargs):
     max_ulp = kwargs.pop("max_ulp", None)
     metric = kwargs.pop("metric", "scaled")
     err_msg = kwargs.pop("err_msg", "")
+    kernels = kwargs.pop("kernels", None)
+    if kernels is not None and max_ulp is not None:
+        raise TypeError("kernels= narrows the derived tolerance; it has no meaning with max_ulp=")
     if metric not in ("scaled", "ulp"):
         raise ValueError(f"metric must be 'scaled' or 'ulp'; got {metric!r}")
     if max_ulp is None and metric != "scaled":
@@ -208,7 +217,7 @@ def assert_close(actual, *args, **kwargs):
         if given is None:
             bound = _bound(default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta,
                                              eps=gr.call_eps, axis=-1 if gr.axis is None else gr.axis, dy=gr.dy,
-                                             wrt=gr.wrt, exact=gr.e, stats=gr.stats), err.shape)
+                                             wrt=gr.wrt, exact=gr.e, stats=gr.stats, kernels=kernels), err.shape)
             if gr.wrt is None and gr.name in ("layer_norm", "rms_norm"):
                 rows_stats.append(_row_statistics(gr))
         else:
@@ -233,7 +242,7 @@ def assert_close(actual, *args, **kwargs):
         err = gr.scaled if metric == "scaled" else gr.err
         bound = _bound(default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta,
                                          eps=gr.call_eps, axis=-1 if gr.axis is None else gr.axis,
-                                         exact=gr.e, stats=gr.stats), err.shape)
+                                         exact=gr.e, stats=gr.stats, kernels=kernels), err.shape)
         worst = (0.0, gr, err >= np.max(err), err, bound)
     _, gr, over, err, bound = worst
     raise AssertionError(_message(gr, over, err, bound, metric, max_ulp, systematic, err_msg, over_count,

@@ -5,75 +5,19 @@ norm or RMS norm in an output format, per element, the largest scaled error (``|
 of :math:`\max(|y_i|, |\gamma_i|)`, 1 without a gain) that any correct production kernel can
 make, in the worst case over summation orders and rounding errors. :func:`two_pass_bound` is
 the older, narrower bound for one kernel class (two-pass float32, reciprocal square root within
-one ulp), kept because the book quotes it. The derivations are in the appendix "How the
-reference works"; this docstring keeps the terms.
+one ulp), kept because the book quotes it.
 
-Notation: u the unit roundoff of the accumulation format (:math:`2^{-24}` for float32,
-:math:`2^{-53}` for float64), :math:`\gamma_k = ku/(1-ku)` (Higham), exact mean m, exact biased
-variance :math:`\sigma^2`, :math:`r = (\sigma^2+\varepsilon)^{-1/2}`, :math:`z_i = (x_i-m)r`
-(for RMS norm :math:`z_i = x_i r` with :math:`\sigma^2` the mean square),
-:math:`M = \frac1d\sum|x_j|`, :math:`X = \max|x_j|`, :math:`\eta` half the accumulation
-format's smallest subnormal, :math:`\psi = \gamma_5` (a reciprocal square root within 2 ulp of
-the correctly rounded one), :math:`q = \sigma^2 r^2 \le 1`.
-
-The two-pass analysis (:func:`two_pass_bound`, with :math:`\psi = \gamma_2`):
-
-* :math:`|\hat\mu - m| \le \gamma_{d+1} M + \eta`; in units of the output's scale,
-  :math:`D = (\gamma_{d+1} M + \eta) r` (the offset term: it grows with :math:`M/\sigma`, so
-  with :math:`|m|/\sigma`, and with d);
-* since :math:`\sum_j (x_j - m) = 0`, :math:`w = (\sigma^2+\varepsilon)(1+\rho)` with
-  :math:`-\rho_- \le \rho \le \rho_+`, where :math:`\rho_- = \gamma_{d+5} + \nu r^2`,
-  :math:`\rho_+ = \rho_- + (1+\gamma_{d+5}) D^2` and :math:`\nu = 2^{-147}`;
-* :math:`|\hat r/r - 1| \le R`, the larger of :math:`(1+\psi)(1-\rho_-)^{-1/2} - 1`
-  and :math:`1 - (1-\psi)(1+\rho_+)^{-1/2}`;
-* :math:`|\hat n_i - z_i| \le E_n`, where
-  :math:`E_n = |z_i|\,((1+R)(1+u)^2 - 1)` :math:`{} + D(1+R)(1+u)^2 + \eta`;
-* :math:`|c_i - y_i| \le E_c`, where :math:`E_c = |\gamma_i|\,(E_n + u(|z_i| + E_n))`
-  :math:`{} + \eta(1 + |\gamma_i|)`;
-* for an output format other than the accumulation format, c is first rounded to the
-  accumulation format: :math:`E = E_c + \tfrac12\mathrm{ulp}_{acc}(|y_i| + E_c)`;
-* the last rounding, to the output format, adds at most the larger of
-  :math:`\tfrac12\mathrm{ulp}(|y_i| - E)` and :math:`\min(\tfrac12\mathrm{ulp}(|y_i| + E), 2E)`.
-* The cap: :math:`t_i^2` is one of the squares summed, so
-  :math:`|\hat n_i| \le N = \sqrt d\,(1+u)(1+\psi)/\sqrt{1-\gamma_{d+5}}` when
-  :math:`\hat\varepsilon \ge 2^{-140}` (float32), and
-  :math:`|c_i - y_i| \le |\gamma_i|(N(1+u) + |z_i|) + \eta(1+|\gamma_i|)` replaces
-  :math:`E_c` where smaller.
-
-:func:`forward_bound` takes, per element, the largest of the same analysis over three kernel
-classes (each with its own D, :math:`\rho_\pm` and cap):
-
-* T, two-pass, any summation order (sequential, pairwise, warp tree): as above with
-  :math:`\psi = \gamma_5`;
-* W, Welford's running update, sequential or per lane with Chan's merges in any tree
-  (PyTorch's WelfordOps, Apex's cuWelfordOnlineSum/cuChanOnlineSum): every node's mean is
-  within :math:`E_W = u(dM + c_X X)` of its exact mean, :math:`c_X = 3(2+\ln d) +
-  7\lceil\log_2 d\rceil` (the divisions' roundings and the merges'), :math:`D_W = E_W r`; the
-  merged sum of squares is :math:`\sum_v (n_a n_b/n)\hat\delta_v^2`, whose first-order error
-  in the node means is :math:`2\sum_v \zeta_v n_v (m_v - m)` (:math:`|n_v(m_v-m)| \le
-  \sqrt{n_v(d-n_v)/d}\,\sqrt{d}\sigma`), so :math:`\rho_\pm = \gamma_{d+5} +
-  (1+\gamma_{d+5})(2u(d-1)q + 6u\sqrt{2(1+\ln d)}\,q + \tfrac43 u |m| r\,(d+1)^{3/2}/d)`
-  (plus :math:`(4+\log_2 d) D_W^2` on the + side). The cap by :math:`\sqrt d` does not hold
-  (a running mean can jump onto a new element: the row [c, c + ulp(c), c + ulp(c), ...] with the
-  tie at the second step rounding up gives M2 = 0 and :math:`\hat n_1 = -\mathrm{ulp}(c)/
-  \sqrt{\hat\varepsilon}`); a weaker one does: a running or merged mean moves by at most twice
-  its increment (the old mean is a float), each step's M2 term is at least a third of
-  :math:`(x_k - \hat m_{k-1})^2` from the third step on, so :math:`|t_i| \le 3.968\sqrt{M2} +
-  (3.212 + 3.01L) uX` (L = :math:`\min(\lceil\log_2 d\rceil, 10)` levels of merges, a balanced
-  tree over at most 1024 lanes; Apex's merge :math:`n_a\mu_a + n_b\mu_b` adds :math:`3uX` a
-  level) and :math:`|\hat n_i| \le (3.968\sqrt d + (3.212+3.01L)uX/\sqrt{\hat\varepsilon})
-  (1+O(u))`; and the cap by ε: :math:`\hat w \ge \hat\varepsilon`, so :math:`|\hat n_i| \le
-  (|z_i|/r + E_W)(1+u)^2(1+\psi)/\sqrt{\hat\varepsilon}`;
-* O (16- and 32-bit input only), one pass in float64: :math:`\sum x_j` and :math:`\sum x_j^2`
-  in float64 in any order, :math:`\max(E[x^2] - \hat\mu^2, 0)`, then float32:
-  :math:`\delta_{64} = \gamma^{(64)}_{d+1} M`, the float32 mean within :math:`\delta_{64} +
-  u|m|`, :math:`\rho = \gamma_2 + r^2(\gamma^{(64)}_{d+3}(\sigma^2 + 2m^2) +
-  (2|m|+\delta_{64})\delta_{64})`; the ε cap only.
-
-For RMS norm one class (the sum of squares in any order): :math:`D = 0`,
-:math:`\rho_\pm = \gamma_{d+3} + \nu r^2`, x exact so :math:`(1+u)` once in :math:`E_n`, and
-both caps. Every class lets the affine step run in any fused order
-(:math:`\gamma(t\hat r) + \beta`, :math:`(\gamma\hat r)t + \beta`, fused multiply-adds).
+The model: x, gamma and beta stored in their format; every operation of the kernel rounded to
+nearest in the accumulation format (float32, or float64 for float64 input or output),
+underflow to subnormals allowed, no overflow; any summation order; the classes of kernels in
+:data:`KERNEL_CLASSES` (two passes; Welford's update, sequential or with Chan's merges in any
+tree; one pass in float64 for 16- and 32-bit input); a reciprocal square root within 2.5 ulp of
+the correctly rounded one; the affine step in any fused order; one final rounding to the
+output format. The bound is the largest, over the classes, of a forward error analysis in
+Higham's :math:`\gamma_k = ku/(1-ku)`, capped where a class's normalized values cannot grow
+(at most :math:`\sqrt d` for two passes), evaluated in float64 with its own error allowed for.
+The analysis, term by term, is the section "The derived tolerance" of the book's appendix
+"How the reference works"; every term is a function of this module.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ _MISSING = object()
 
 # compare's keywords; assert_close adds _ASSERT_KEYWORDS.
 _KEYWORDS = ("x", "op", "gamma", "beta", "eps", "axis", "scale", "dy", "wrt")
-_ASSERT_KEYWORDS = ("max_ulp", "metric", "err_msg")
+_ASSERT_KEYWORDS = ("max_ulp", "kernels", "metric", "err_msg")
 # What users of numpy.testing and torch.testing reach for, and what it is called here.
 _HINTS = {
     "rtol": "lneps.testing measures errors in ulp: pass max_ulp= (the default is derived for the op and format)",
