@@ -31,7 +31,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book test notebooks serve lab bench frameworks clean pdf portable portable-arm64
+.PHONY: book test notebooks serve lab bench frameworks frameworks-spread clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -130,6 +130,13 @@ $(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt
 
 frameworks: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/measure_frameworks.py
+
+# How far each framework's outputs move across this machine's arithmetic profiles (ATEN_CPU_CAPABILITY,
+# XLA_FLAGS=--xla_cpu_max_isa, numpy's SIMD level, threads), the stored measurement included:
+# src/lneps/book/data/frameworks/spread.json, from which tests/test_frameworks_measured.py takes its
+# tolerance. About 18 minutes on 2 cores; re-make after `make frameworks`.
+frameworks-spread: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/measure_frameworks.py --spread
 
 clean:
 	rm -rf _build

@@ -7,7 +7,15 @@ DOCUMENTED = ["lneps.layer_norm", "lneps.rms_norm", "lneps.rms_norm_default_eps"
               "lneps.batch_norm", "lneps.layer_norm_backward", "lneps.rms_norm_backward",
               "lneps.layer_norm_eps_derivative", "lneps.testing.compare", "lneps.testing.assert_close",
               "lneps.testing.families", "lneps.testing.two_pass_bound", "lneps.testing.Report",
-              "lneps.testing.Family"]
+              "lneps.testing.Family", "lneps.testing.forward_bound", "lneps.testing.scale_bias",
+              "lneps.testing.ScaleBias", "lneps.testing.ScaleTest", "lneps.testing.default_tolerance",
+              "lneps.testing.backward_bound", "lneps.testing.backward_scale",
+              "lneps.testing.strategies.layer_norm_inputs", "lneps.testing.strategies.rms_norm_inputs"]
+# everything lneps.testing exports is on the page
+import lneps.testing  # noqa: E402
+
+DOCUMENTED += [f"lneps.testing.{n}" for n in lneps.testing.__all__
+               if callable(getattr(lneps.testing, n)) and f"lneps.testing.{n}" not in DOCUMENTED]
 
 
 def test_every_public_function_has_its_entry_and_docstring(built_book):

@@ -274,3 +274,91 @@ def test_the_measuring_tool_writes_the_files_the_book_reads():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert tool.STORED == FW.DATA_DIR.resolve()
+
+
+# --- spread.json: how far each count moves across arithmetic profiles --------------------------
+
+ISSUE_ROW = ("layer_norm", "float32", "N(0,1)", 768, 1e-12)  # the row CI failed on, on an AVX2 machine
+FLAX_OPS = ("layer_norm", "layer_norm_two_pass", "rms_norm")
+
+
+def _spread():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_frameworks", ROOT / "tools" / "measure_frameworks.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool, tool.load_spread()
+
+
+def test_spread_has_its_provenance_and_every_framework():
+    tool, sp = _spread()
+    assert sp["command"].startswith("python tools/measure_frameworks.py --spread") and sp["date"].startswith("20")
+    assert sp["machine"]["cpu"] and sp["machine"]["cpu_flags"] and sp["reference"]["correctly_rounded"]
+    assert list(sp["frameworks"]) == list(FW.FRAMEWORKS)
+    for fw, sec in sp["frameworks"].items():
+        stored = DATA[fw]
+        # the versions measured are the stored files' (and so the pinned ones)
+        assert sec["versions"] == {k: v for k, v in stored["versions"].items()
+                                   if k not in ("cpu_capability", "numpy", "ml_dtypes", "python")}, fw
+        assert all({"name", "env", "cpu", "cpu_flags", "effective"} <= set(p) for p in sec["profiles"]), fw
+        assert len({p["name"] for p in sec["profiles"]}) == len(sec["profiles"]), fw
+        assert sec["reference_moved"] == [], fw  # counts made against the same reference as the stored ones
+
+
+def test_spread_includes_the_stored_measurement_row_by_row():
+    """profiles[0] is the stored AVX-512 measurement: its outputs and counts are the stored
+    file's, so every tolerance derived from the spread covers the machine that made it."""
+    tool, sp = _spread()
+    for fw, sec in sp["frameworks"].items():
+        stored = DATA[fw]
+        p0 = sec["profiles"][0]
+        assert p0["name"] == "stored" and p0["cpu_flags"] == stored["cpu_flags"] and p0["date"] == stored["date"]
+        rows = {(r["op"], r["dtype"], r["family"], r["d"], r["eps"]): r for r in sec["rows"]}
+        assert len(rows) == len(sec["rows"]) == len(stored["results"]), fw
+        for r in stored["results"]:
+            s = rows[(r["op"], r["dtype"], r["family"], r["d"], r["eps"])]
+            out = s["outputs"][s["by_profile"][0]]
+            assert out["sha256"] == r["sha256"][:tool.DIGEST_CHARS] and s["n"] == r["n"]
+            assert {c: out[c] for c in s["spread"]} == {c: r[c] for c in tool.SPREAD_COUNTS if c in r}
+
+
+def test_spread_covers_the_profiles_ci_and_the_issue_run():
+    """The profiles tests/test_frameworks_measured.py must pass under: torch's capability levels,
+    XLA's instruction-set caps, `make portable`'s numpy level; and the issue's row moved."""
+    tool, sp = _spread()
+    envs = {fw: [p["env"] for p in sec["profiles"]] for fw, sec in sp["frameworks"].items()}
+    assert {"ATEN_CPU_CAPABILITY": "avx2"} in envs["torch"] and {"ATEN_CPU_CAPABILITY": "default"} in envs["torch"]
+    for isa in ("AVX2", "AVX", "SSE4_2"):
+        assert {"XLA_FLAGS": f"--xla_cpu_max_isa={isa}"} in envs["flax"]
+    v2 = tool.portable_env("x86-64-v2")
+    assert all(v2 in e for e in envs.values())
+    caps = {p["effective"].get("cpu_capability") for p in sp["frameworks"]["torch"]["profiles"]}
+    assert {"AVX512", "AVX2", "DEFAULT"} <= caps
+    row = next(r for r in sp["frameworks"]["flax"]["rows"]
+               if (r["op"], r["dtype"], r["family"], r["d"], r["eps"]) == ISSUE_ROW)
+    assert row["spread"]["correct"] >= 16909 - 15702  # stored (AVX-512) against AVX2, the issue's numbers
+
+
+def test_spread_numbers_quoted_by_the_remeasuring_tests():
+    """tests/test_frameworks_measured.py explains its tolerance with these numbers."""
+    tool, sp = _spread()
+    fl, tr = sp["frameworks"]["flax"], sp["frameworks"]["torch"]
+    assert (tr["rows_with_outputs_differing"], fl["rows_with_outputs_differing"]) == (357, 305)
+    assert all(sp["frameworks"][fw]["rows_with_outputs_differing"] == 0 for fw in ("onnxruntime", "onnx_reference"))
+    assert {c for c in tool.held_out(tr, 2) if tool.held_out(tr, 2)[c][1]} == {"DEFAULT"}  # AVX2 = AVX-512 bit for bit
+    issue = next(r for r in fl["rows"] if (r["op"], r["dtype"], r["family"], r["d"], r["eps"]) == ISSUE_ROW)
+    # stored (AVX-512), AVX2, AVX, SSE4.2
+    assert [o["correct"] for o in issue["outputs"]] == [16909, 15702, 14944, 17186]
+    assert issue["spread"]["correct"] == 2242
+    moved_inf = {(r["d"], r["spread"]["inf"]) for sec in sp["frameworks"].values() for r in sec["rows"]
+                 if r["spread"]["inf"]}
+    assert moved_inf == {(100, 15188 - 10688), (768, 20033 - 9216)}
+    assert not any(r["spread"]["nan"] for sec in sp["frameworks"].values() for r in sec["rows"])
+    held = {k: tool.held_out(fl, k) for k in (1, 2, 3)}
+    assert [held[k]["AVX512"][0] for k in (1, 2, 3)] == [66, 48, 41] and held[1]["AVX512"][1] == 222
+    assert [held[k]["AVX2"][0] for k in (1, 2, 3)] == [30, 21, 17] and held[1]["AVX2"][1] == 186
+    assert [held[k]["AVX"][0] for k in (1, 2, 3)] == [72, 40, 36] and held[1]["AVX"][1] == 208
+    assert [held[k]["SSE4_2"][0] for k in (1, 2, 3)] == [79, 35, 23] and held[1]["SSE4_2"][1] == 171
+    sse = next(p for p in fl["profiles"] if p["env"] == {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"})
+    assert {(o, t) for o, t, _ in sse["unsupported"]} == {(op, "float16") for op in FLAX_OPS}

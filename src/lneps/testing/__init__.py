@@ -35,6 +35,16 @@ from .compare import DEFAULT, OPS, WRT, Report, compare
 from .families import Family, families
 from .systematic import ScaleBias, ScaleTest, scale_bias
 
+#: The ops :func:`compare` and :func:`assert_close` grade: lneps's four normalizations and the
+#: backward passes of layer and RMS norm.
+OPS = OPS
+#: For each backward op, the gradients ``wrt=`` may name.
+WRT = WRT
+#: ``eps=DEFAULT`` or ``axis=DEFAULT``: the op's own default, asked for explicitly.
+DEFAULT = DEFAULT
+#: The classes of correct kernels :func:`forward_bound` covers, each with its own error analysis.
+KERNEL_CLASSES = KERNEL_CLASSES
+
 __all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "forward_bound",
            "KERNEL_CLASSES", "scale_bias", "ScaleBias", "ScaleTest", "two_pass_bound", "backward_bound",
            "backward_scale", "Family", "families"]

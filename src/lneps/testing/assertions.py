@@ -255,7 +255,7 @@ def _arrays_of(call):
 
 
 def _row_statistics(gr):
-    """The test across rows on one block: a :class:`lneps.testing.systematic.ScaleTest`."""
+    """The test across rows on one block: a :class:`lneps.testing.ScaleTest`."""
     from .systematic import ScaleTest
 
     return ScaleTest(gr.name, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,

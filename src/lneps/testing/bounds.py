@@ -101,7 +101,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     and added; a reciprocal square root within one float32 ulp (:math:`\gamma_2`);
     :math:`\gamma\hat n + \beta` in any order of the products; one last rounding to ``dtype``.
 
-    Result: a forward error analysis (module :mod:`lneps.testing.bounds`; derived in the
+    Result: a forward error analysis (module ``lneps.testing.bounds``; derived in the
     appendix "How the reference works"): the mean's error in units of the output,
     :math:`D = \gamma_{d+1} M r` (the offset term, which grows with d and :math:`|m|/\sigma`),
     the reciprocal square root's relative error :math:`R \approx \gamma_{d+5}/2 + \gamma_2 +
@@ -510,7 +510,7 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
     kernel known to run two passes gets the sharper bound of that class alone.
 
     Result: per element the largest, over these kernel classes, of a worst-case forward error
-    bound (:mod:`lneps.testing.bounds` lists the terms; the appendix "How the reference works"
+    bound (``lneps.testing.bounds`` lists the terms; the appendix "How the reference works"
     derives them): the mean's error :math:`D \approx d u M r` (layer norm), the reciprocal
     square root's :math:`R \approx d u/2` (Welford: :math:`d u`) plus :math:`\gamma_5`, so
     :math:`|\hat n_i - z_i| \lesssim |z_i|R + D`, the affine step's and the output's
@@ -524,7 +524,7 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
     errors, on any finite input. It is a worst case: on N(0,1) rows about 0.5 ulp in float16
     and bfloat16, but of order d ulp in float32 (the float32 accumulation is as fine as the
     output), where it cannot separate a small systematic defect (the unbiased variance, eps
-    after the square root) from rounding: :func:`lneps.testing.systematic.scale_bias` does.
+    after the square root) from rounding: :func:`lneps.testing.scale_bias` does.
 
     Arguments: ``op`` "layer_norm" or "rms_norm"; x float16, bfloat16, float32 or float64,
     normalized over ``axis`` (an int or a tuple of trailing axes); gamma, beta as the op takes

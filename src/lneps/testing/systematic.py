@@ -18,7 +18,7 @@ a constant shift, :math:`\gamma`, projected out, so the mean's rounding does not
 a gain w = z), and compares their weighted mean over the rows with what a correct kernel can
 produce.
 
-Model. For a correct kernel (every kernel of :func:`lneps.testing.bounds.forward_bound`'s
+Model. For a correct kernel (every kernel of :func:`lneps.testing.forward_bound`'s
 model), to first order :math:`s_r` is the relative error of its reciprocal standard deviation
 plus the projection of its elementwise roundings. Split it:
 
@@ -103,7 +103,7 @@ class ScaleBias:
     outputs are too small); a correct kernel keeps it within [``low``, ``high``]; ``threshold``
     is the bound on the side of its sign. ``rows`` eligible distinct rows of ``rows_total``.
     ``false_alarm``: the probability bound for a correct kernel to fail, under the model.
-    ``verdict``: "pass", "fail" or "not applicable" (fewer than :data:`MIN_ROWS` rows).
+    ``verdict``: "pass", "fail" or "not applicable" (fewer than ``MIN_ROWS`` rows).
     ``suspect`` names the known defect whose pattern the rows match, or is None. ``per_row``
     (:math:`s_r`, NaN where not eligible) and ``eligible`` are arrays over the rows.
     """
@@ -187,11 +187,11 @@ def scale_bias(op, *, actual, exact=None, x, gamma=None, beta=None, eps, axis=-1
     rows, beyond what a correct kernel's rounding can produce: a :class:`ScaleBias`.
 
     Model, statistic, threshold and false-alarm probability: the module docstring
-    (:mod:`lneps.testing.systematic`). ``op`` is "layer_norm" or "rms_norm"; ``exact`` the op's
+    (``lneps.testing.systematic``). ``op`` is "layer_norm" or "rms_norm"; ``exact`` the op's
     correctly rounded float64 result on x (gamma and beta applied; computed if None, which
     needs ``beta``); ``stats`` ((mean, rstd) or rstd, float64, as ``return_stats=True``
     gives them) spares recomputing the statistics; ``dtype`` is the output format (default
-    actual's). x, gamma, eps and axis as :func:`lneps.testing.bounds.forward_bound`.
+    actual's). x, gamma, eps and axis as :func:`lneps.testing.forward_bound`.
 
     >>> import numpy as np, lneps, lneps.testing as lt
     >>> from lneps.testing.systematic import scale_bias
