@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.testing import backward_bound as bb
+import importlib
+
+bb = importlib.import_module("lneps.testing.backward_bound")  # the module (lneps.testing.backward_bound is also the function)
 from lneps.testing.backward_bound import backward_bound, backward_scale
 from lneps.ulp import ulp
 
