@@ -19,7 +19,7 @@ import importlib
 
 _MODULES = ("symbolic", "symbolic_backward", "response", "precision", "survey", "report",
             "defaults", "eps_swap", "frameworks", "incidents", "minilm", "activations",
-            "correctly_rounded", "figures", "slider")
+            "correctly_rounded", "figures", "slider", "training")
 
 
 def __getattr__(name):

@@ -1,0 +1,154 @@
+r"""The stored runs of the training lab, read without torch.
+
+``data/training/`` holds:
+
+* ``corpus.npy`` (the token stream, uint8) and ``corpus.json`` (its generator's parameters, exact
+  entropies and loss floor, SHA-256);
+* ``runs.json`` (the manifest: provenance, recipe, what is recorded, the grid's slices and why,
+  the autocast finding, the zero-row probe, and per run its configuration, sites, first
+  non-finite step, stop, timing) and ``runs.npz`` (per run ``<id>:loss``, ``<id>:grad_norm``,
+  ``<id>:eval_loss``, ``<id>:q`` and, in the float16 modes, ``<id>:scale``);
+* ``spread.json`` and ``spread.npz``: the same configurations under several arithmetic profiles
+  (:mod:`.spread`).
+
+:func:`runs` gives every run as a :class:`Run`; :func:`select` filters them by configuration.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from .config import RunConfig, from_dict, run_id
+from .record import EVERY, FULL_STEPS, STATS, record_steps
+from .recipe import eval_steps
+
+__all__ = ["DATA_DIR", "Run", "manifest", "runs", "select", "one", "corpus", "corpus_meta",
+           "spread_manifest", "spread_arrays", "floor"]
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "training"
+
+
+@functools.cache
+def manifest(data_dir: Path = DATA_DIR) -> dict:
+    return json.loads((Path(data_dir) / "runs.json").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _arrays(data_dir: Path = DATA_DIR) -> dict:
+    with np.load(Path(data_dir) / "runs.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@functools.cache
+def corpus(data_dir: Path = DATA_DIR) -> np.ndarray:
+    """The stored token stream (uint8)."""
+    return np.load(Path(data_dir) / "corpus.npy")
+
+
+@functools.cache
+def corpus_meta(data_dir: Path = DATA_DIR) -> dict:
+    return json.loads((Path(data_dir) / "corpus.json").read_text(encoding="utf-8"))
+
+
+def floor(data_dir: Path = DATA_DIR) -> float:
+    """The loss floor of the stored corpus (nats): the entropy rate of its chain."""
+    return corpus_meta(data_dir)["loss_floor_nats"]
+
+
+@functools.cache
+def spread_manifest(data_dir: Path = DATA_DIR) -> dict:
+    return json.loads((Path(data_dir) / "spread.json").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def spread_arrays(data_dir: Path = DATA_DIR) -> dict:
+    with np.load(Path(data_dir) / "spread.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One stored run: its configuration, its record (arrays as stored) and its manifest entry."""
+
+    id: str
+    config: RunConfig
+    sites: tuple[str, ...]
+    meta: dict
+    loss: np.ndarray
+    grad_norm: np.ndarray
+    eval_loss: np.ndarray
+    q: np.ndarray
+    scale: np.ndarray | None
+
+    @property
+    def steps(self) -> int:
+        """The steps the run was meant to take (pre-training, or fine-tuning for a fine-tune)."""
+        return self.config.ft_steps if self.config.is_finetune else self.config.steps
+
+    @property
+    def record_steps(self) -> np.ndarray:
+        return record_steps(self.steps, FULL_STEPS, EVERY)
+
+    @property
+    def eval_steps(self) -> np.ndarray:
+        return eval_steps(self.steps)
+
+    @property
+    def first_nonfinite_step(self):
+        return self.meta["first_nonfinite_step"]
+
+    @property
+    def stopped_at(self):
+        return self.meta["stopped_at"]
+
+    @property
+    def dead(self) -> bool:
+        """The run stopped: its parameters went non-finite, or its steps stayed non-finite."""
+        return self.meta["stopped_at"] is not None
+
+    def stat(self, name: str, site: str | None = None) -> np.ndarray:
+        """One column of :data:`.record.STATS` over the record steps (x sites, or at ``site``)."""
+        col = self.q[:, :, STATS.index(name)]
+        return col if site is None else col[:, self.sites.index(site)]
+
+    def eval_at(self, step: int) -> float:
+        """The held-out loss after ``step`` steps (a step of :attr:`eval_steps`)."""
+        return float(self.eval_loss[list(self.eval_steps).index(step)])
+
+
+@functools.cache
+def runs(data_dir: Path = DATA_DIR) -> dict[str, Run]:
+    """Every stored run by id."""
+    m, a = manifest(data_dir), _arrays(data_dir)
+    out = {}
+    for rid, entry in m["runs"].items():
+        cfg = from_dict(entry["config"])
+        assert run_id(cfg) == rid, (rid, run_id(cfg))
+        out[rid] = Run(rid, cfg, tuple(entry["sites"]), entry, a[f"{rid}:loss"], a[f"{rid}:grad_norm"],
+                       a[f"{rid}:eval_loss"], a[f"{rid}:q"].astype(np.float64), a.get(f"{rid}:scale"))
+    return out
+
+
+_FIELDS = {f.name for f in fields(RunConfig)}
+
+
+def select(data_dir: Path = DATA_DIR, **where) -> list[Run]:
+    """The stored runs whose configuration has every ``field=value`` given (``seed`` too), in
+    seed order; fine-tuning runs only when an ``ft_*`` field is given."""
+    bad = set(where) - _FIELDS
+    if bad:
+        raise TypeError(f"not RunConfig fields: {sorted(bad)}")
+    if not any(k.startswith("ft_") for k in where):
+        where = {**where, "ft_steps": 0}
+    hits = [r for r in runs(data_dir).values() if all(getattr(r.config, k) == v for k, v in where.items())]
+    return sorted(hits, key=lambda r: (r.config.seed, r.id))
+
+
+def one(data_dir: Path = DATA_DIR, **where) -> Run:
+    (r,) = select(data_dir, **where)
+    return r
