@@ -16,7 +16,10 @@ the kernels import the copy's lneps, not the tree's editable install. The figure
 - `make test` wall time with the venv present (no _build, as in CI; then with _build);
 - lneps.book.symbolic.check_jacobian(d), d = 4 ... 64, each call in a fresh interpreter;
 - lneps.layer_norm's correctly rounded default against plain float64 NumPy on 4096 x 4096
-  (bench/kernel.py): median ratios per input format, fallback rate and extra memory.
+  (bench/kernel.py): median ratios per input format, fallback rate and extra memory;
+- what grading costs (bench/testing_cost.py): lneps.testing.assert_close's default call against
+  torch.testing.assert_close with a float64 reference on 4096 x 4096 float16 and float32 (time
+  and extra memory, one thread, a fresh process per case), and 64 x 2**20 float32 in blocks.
 
 A figure whose first run takes under 10 s is the median of at least 3 runs, and so is each
 cold build (its variants interleaved, so that drifting load hits them alike). Absolute times
@@ -39,6 +42,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+import testing_cost  # bench/testing_cost.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 TMP = ROOT / "bench" / "tmp"
@@ -512,6 +517,11 @@ def main() -> int:
     kr = run([sys.executable, str(work / "bench" / "kernel.py")], work, env, "kernel-speed")
     results["kernel_speed"] = (json.loads(kr["stdout"].strip().splitlines()[-1]) if kr["code"] == 0
                                else {"error": kr["output"][-500:]})
+    log("grading cost: lneps.testing.assert_close against torch.testing.assert_close, each case in a fresh process")
+    tc = run([sys.executable, str(work / "bench" / "testing_cost.py"), "--json"], work, env, "testing-cost", timeout=3600)
+    results["testing_cost"] = (json.loads(tc["stdout"].strip().splitlines()[-1]) if tc["code"] == 0
+                               else {"error": tc["output"][-500:]})
+    results["notes"] += [f"grading cost: {n}" for n in results["testing_cost"].get("notes", [])]
     results["machine"]["load_avg_end"] = os.getloadavg()
 
     results["targets"] = evaluate(results)
@@ -560,6 +570,7 @@ def evaluate(r: dict) -> dict:
         **{f"{name.split(',')[0] if 'op' in k else 'float32 one row of 2**22'}: extra memory <= {k['memory_target_mb']:g} MB ({k['extra_memory_mb']:.1f} MB)":
            k["extra_memory_mb"] <= k["memory_target_mb"]
            for name, k in r.get("kernel_speed", {}).items() if isinstance(k, dict) and "extra_memory_mb" in k},
+        **(testing_cost.targets(r["testing_cost"]) if "testing_cost" in r else {}),
     }
 
 
@@ -627,6 +638,8 @@ def render(r: dict) -> str:
                      f"rows in double-double {k['double_double_rows']:.2%}, elements settled exactly "
                      f"{k['exact_elements']} of {k['elements']}; extra memory {k['extra_memory_float64_copies']:.2f} "
                      "float64 copies of the input"))
+    if "testing_cost" in r:
+        rows += testing_cost.rows(r["testing_cost"])
     out = [f"Benchmark {r['when']}, commit {r['commit']}, {r['machine']['cpus']} CPUs, load {r['machine']['load_avg_start'][0]:.1f} -> {r['machine']['load_avg_end'][0]:.1f}, BOOK_JOBS={jobs}", ""]
     out += ["| figure | time | notes |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]

@@ -233,3 +233,19 @@ def test_kernels_narrows_the_derived_tolerance_to_a_class():
         lt.assert_close(y, x=x, eps=1e-12, kernels=("two_pass",), max_ulp=1.0)
     with pytest.raises(ValueError, match="kernels must name"):
         lt.assert_close(y, x=x, eps=1e-12, kernels=("fast",))
+
+
+def test_the_default_call_grades_large_outputs_in_blocks():
+    # more than one block (2**18 elements) with the default tolerance and the test across rows
+    x = lt.families(np.float32, 1024, rows=300)["normal"].x
+    xf = x.astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True, dtype=np.float32)
+    var = np.mean(t * t, axis=-1, keepdims=True, dtype=np.float32)
+    good = t * (np.float32(1) / np.sqrt(var + np.float32(1e-5)))
+    report = lt.assert_close(good, x=x, eps=1e-5)
+    assert report.n == x.size
+    d = x.shape[-1]
+    unbiased = t * (np.float32(1) / np.sqrt(var * np.float32(d / (d - 1)) + np.float32(1e-5)))
+    with pytest.raises(AssertionError, match="suspect: the d - 1 \\(unbiased\\) variance"):
+        lt.assert_close(unbiased, x=x, eps=1e-5)
+    lt.assert_close(lneps.layer_norm(x.astype(np.float16)), x=x.astype(np.float16), eps=1e-5)

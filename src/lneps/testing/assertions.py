@@ -258,8 +258,10 @@ def _row_statistics(gr):
     """The test across rows on one block: a :class:`lneps.testing.ScaleTest`."""
     from .systematic import ScaleTest
 
-    return ScaleTest(gr.name, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
+    test = ScaleTest(gr.name, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
                      axis=-1 if gr.axis is None else gr.axis, dtype=gr.dt, exact=gr.e, stats=gr.stats, actual=gr.a)
+    test._P = test._w = None  # only the per-row numbers are combined: keep no block's arrays
+    return test
 
 
 def _decide(call, tests):

@@ -417,7 +417,7 @@ def _measure(call, rows=slice(None)):
     s = _scale(call.scale, call.gamma, call.op, call.axis, a.shape)
     a64 = a.astype(np.float64)
     diff, err, scaled = _errors(a64, e, r, s, dt)
-    return _Graded(**{**call.__dict__, "a64": a64, "e": e, "r": r, "uncertain": uncertain, "diff": diff,
+    return _Graded(**{**call.__dict__, "a": a, "a64": a64, "e": e, "r": r, "uncertain": uncertain, "diff": diff,
                       "err": err, "scaled": scaled, "x": xa, "stats": stats, "rows": rows})
 
 
