@@ -12,18 +12,13 @@ from hypothesis import strategies as st
 
 import lneps
 from lneps import kernel, oracle
-from lneps.kernel import double_double as kernel_dd, settle as kernel_settle, triple as kernel_triple
+from lneps.kernel import triple as kernel_triple
+from kernel_tiers import _force, same
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]
 DS = (3, 100, 768, 1000, 4095)
 ELEMENTS = 1 << 15  # per family, format and d: 7 families x 5 d x 3 formats x 32768 = 3.4 M
-
-
-def same(a, b):
-    """Equal values, zeros of the same sign, or both NaN."""
-    a, b = np.asarray(a, dtype=F64), np.asarray(b, dtype=F64)
-    return ((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b))
 
 
 def assert_correctly_rounded(x, gamma=None, beta=None, eps=1e-5, kind="layer"):
@@ -252,41 +247,6 @@ def test_rows_with_a_tiny_element_are_split_and_stay_in_tier_a(dt, tiny):
 # --- signed zeros, in every format and every tier --------------------------------------------
 
 ALL = [F16, BF16, F32, F64]
-
-
-def _force(monkeypatch, tier):
-    """Send the undecided (or every) element to one tier: "double-double" (16- and 32-bit rows
-    skip the float64 tier), "no-vectorized-exact" (the exact tier's float64 settling finds
-    nothing), "triple" (nothing is decided before triple precision), "fractions" (nothing
-    before rational arithmetic)."""
-    if tier in ("double-double", "triple", "fractions"):
-        kinds = kernel._kinds
-
-        def unproven(xin, chunks=None):
-            exact, split, finite, top = kinds(xin, chunks)
-            return exact & False, split & False, finite, top
-
-        monkeypatch.setattr(kernel, "_kinds", unproven)
-    if tier in ("no-vectorized-exact", "triple", "fractions"):
-        monkeypatch.setattr(kernel_settle, "settle", lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
-        monkeypatch.setattr(kernel, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
-    if tier in ("triple", "fractions"):
-        finish = kernel_dd.finish_values
-
-        def undecided(*args):
-            y, flags = finish(*args)
-            return y, np.ones_like(flags)
-
-        for module in (kernel_settle, kernel_dd):  # tier B on rows and on elements, normalize_with's
-            monkeypatch.setattr(module, "finish_values", undecided)
-    if tier == "fractions":
-        values = kernel_triple.TripleRows.values
-
-        def nothing(self, *args):
-            y, flags = values(self, *args)
-            return y, np.ones_like(flags)
-
-        monkeypatch.setattr(kernel_triple.TripleRows, "values", nothing)
 
 
 TIERS = ["default", "double-double", "no-vectorized-exact", "triple", "fractions"]

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import lneps
 from lneps import oracle
-from test_kernel import _force, same
+from kernel_tiers import _force, same
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 MAX, TINY, SUB = float(np.finfo(F64).max), float(np.finfo(F64).tiny), 5e-324
