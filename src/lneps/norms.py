@@ -274,6 +274,29 @@ def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_sta
     return (y, back(rstd[:, None], keep=True)) if stats else y
 
 
+def _with_estimate(kind, x, gamma=None, beta=None, *, eps, axis=-1):
+    r""":func:`layer_norm` (``kind="layer"``) or :func:`rms_norm` (``"rms"``) of x in its own
+    format (float16, bfloat16 or float32), with what :mod:`lneps.testing` grades against:
+    ``(y, estimate, mean, rstd, E)``. y is the correctly rounded result; ``estimate`` the float64
+    estimate of each exact value before rounding, within
+    :math:`E\,|\gamma\,(x-\mu)/\sqrt{q+\varepsilon}| + u|\hat y|` of it where finite (NaN
+    where a gain beyond :math:`2^{\pm 600}` leaves it without a bound, or in a row holding inf or
+    NaN: :func:`lneps.kernel.normalize`); mean (None for RMS norm) and rstd as ``return_stats``."""
+    arr, _ = _input(x)
+    if arr.dtype not in _EXACT[:3]:
+        raise TypeError(f"x must be float16, bfloat16 or float32 for an estimate; got {arr.dtype}")
+    axes = check_axes(arr, axis)
+    eps = check_eps(eps)
+    g = _affine(gamma, "gamma", arr, axes)
+    b = _affine(beta, "beta", arr, axes) if kind == "layer" else None
+    rows, back = _to_rows(arr, axes)
+    est = np.empty(rows.shape)
+    y2, mean, rstd = kernel.normalize(rows, kind=kind, eps=eps, gamma=_row_param(g, arr, axes),
+                                      beta=_row_param(b, arr, axes), estimate=est)
+    mean = None if mean is None else back(mean[:, None], keep=True)
+    return back(y2), back(est), mean, back(rstd[:, None], keep=True), kernel.estimate_error(rows.shape[1])
+
+
 def group_norm(x, num_groups, gamma=None, beta=None, *, eps=1e-5, return_stats=False):
     r"""Group normalization (``torch.nn.functional.group_norm``, ONNX ``GroupNormalization``).
 

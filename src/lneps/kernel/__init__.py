@@ -54,7 +54,7 @@ from .settle import Settler
 from .surd import binary_format, round_surd
 from .rounding import FAST_FORMATS, near_boundary, to_format
 
-__all__ = ["normalize", "normalize_with", "BLOCK_ELEMENTS"]
+__all__ = ["normalize", "normalize_with", "estimate_error", "BLOCK_ELEMENTS"]
 
 U = dd.U
 #: Rows are processed in blocks of about this many elements, and longer rows in chunks of
@@ -64,8 +64,9 @@ _KEYS = ("rows", "elements", "double_double_rows", "double_double_elements", "tr
          "exact_elements", "fraction_elements")
 
 
-def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, counts=None, out=None):
-    """Normalize the rows of ``x2d`` (float16, bfloat16, float32 or float64), correctly rounded.
+def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, counts=None, out=None,
+              estimate=None):
+    r"""Normalize the rows of ``x2d`` (float16, bfloat16, float32 or float64), correctly rounded.
 
     ``kind`` is ``"layer"`` or ``"rms"``. ``gamma`` and ``beta`` are float64 arrays of shape
     ``()``, ``(1, d)``, ``(rows, d)`` or ``(rows, 1)`` (or None). Returns ``(y, mean, rstd)``:
@@ -76,6 +77,15 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
     results double-double could not decide, tried in triple precision), ``exact_elements``
     (settled by the exact tier) and ``fraction_elements`` (of those, by rational arithmetic).
     ``out``: an array (or view) of x2d's shape and dtype to write y into, rather than a new one.
+    ``estimate``: a float64 array of x2d's shape to also write each element's float64 estimate
+    :math:`\hat y` into, before it is rounded to the output format: within
+    :math:`E\,|\gamma t/\sqrt s| + u|\hat y|` of the exact value, E of :func:`estimate_error`,
+    wherever it is finite, the elements the exact tier settles included (their estimate is as
+    close; only its rounding was undecided). Elements with a gain beyond :math:`2^{\pm 600}`,
+    and rows holding inf or NaN, get NaN there (their y is right; their estimate carries no
+    bound). This is what
+    :mod:`lneps.testing` measures errors against, without paying for a correctly rounded
+    float64 value it does not need.
     """
     rows, d = x2d.shape
     y = np.empty(x2d.shape, dtype=x2d.dtype) if out is None else out
@@ -96,6 +106,7 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         block = _Block(x2d[r0:r1], r0, chunks, kind, eps, g.rows(r0, r1), b.rows(r0, r1), counts, settler)
+        block.est = None if estimate is None else estimate[r0:r1]
         block.run(y[r0:r1], None if mean is None else mean[r0:r1], rstd[r0:r1])
     settler.flush()
     return y, mean, rstd
@@ -149,6 +160,7 @@ class _Block:
         self.dt = xin.dtype
         self.fast = self.dt in FAST_FORMATS
         self.single = len(chunks) == 1
+        self.est = None  # normalize's estimate= for these rows, or None
 
     def run(self, yout, mean, rstd):
         n, d = self.xin.shape
@@ -171,6 +183,8 @@ class _Block:
         if P.size:
             mu, r = _plain(self.xin, P, self.chunks, self.kind, self.eps, self.g, self.b, yout)
             _store(mean, rstd, P, mu, r)
+            if self.est is not None:
+                self.est[P] = np.nan
 
     # --- tier A -------------------------------------------------------------------------------
 
@@ -248,6 +262,15 @@ class _Block:
             self.yout[:, c0:c1] = out
         else:
             self.yout[A, c0:c1] = out
+        if self.est is not None:
+            # an element left to the exact tier keeps its estimate, and its bound, except where a
+            # gain beyond 2^+-600 may have overflowed or underflowed the products
+            if self.g.extreme:
+                y = np.where(extreme(np.broadcast_to(self.g.part(c0, c1, A), y.shape)), np.nan, y)
+            if A is None:
+                self.est[:, c0:c1] = y
+            else:
+                self.est[A, c0:c1] = y
         flags &= self._defined(A, c0, c1, flags.shape)
         if flags.any():
             i, j = np.nonzero(flags)
@@ -284,6 +307,16 @@ class _Block:
         self.counts["double_double_elements"] += finite_rows * self.xin.shape[1]
         _store(mean, rstd, B, st.mean, st.rstd)
         return st.finite
+
+
+def estimate_error(d: int) -> float:
+    r"""E of :func:`normalize`'s ``estimate``: a finite estimate :math:`\hat y` of a row of d
+    numbers is within :math:`E\,|\gamma t/\sqrt s| + u|\hat y|` of the exact value
+    (:math:`\gamma t/\sqrt s` is the value before beta is added). Tier A's
+    :math:`((n+5)/2 + 6)\,u` with its 1 % margin, n the length of a chunk (plus 2 for the chunks'
+    sum), and u more for the gain; tier B's double-double estimates are far within it."""
+    n_eff = d if d <= BLOCK_ELEMENTS else BLOCK_ELEMENTS + 2
+    return ((n_eff + 5) / 2 + 6) * U * 1.01 + U
 
 
 def _rows_part(p, rows):

@@ -26,6 +26,15 @@ bfloat16, float32 or float64; p significand bits):
   error relative to the size of :math:`\gamma u` rather than of a result that cancelled.
 * equal to r: equal as numbers (+0 and -0 alike, everything else bitwise) or both NaN. Where a
   or r is NaN or infinite the error is 0 if a equals r and infinite otherwise.
+
+:func:`compare` computes e as above, for every element. :func:`assert_close` grades layer_norm
+and rms_norm of float16, bfloat16 or float32 input in one of those formats against the
+kernel's float64 estimate instead (within :math:`((d+5)/2+7)\,u` of the exact value, about
+:math:`2^{-40}` relative at d = 4096, ``lneps.kernel.estimate_error``), which costs a
+fraction of a correctly rounded float64 value: r is still exact, every element whose r or ulp
+that distance could change, or whose error lies within it of the bound, is measured exactly,
+and the largest errors of the returned :class:`Report` are measured exactly. So every pass or
+fail is the exact one; only the Report's arrays, computed on demand, take the exact path.
 """
 
 from .assertions import assert_close, default_tolerance

@@ -297,7 +297,7 @@ def _row_pass(P, a2, keep_w, block):
     tau = 0.5 * fmt.tiny + A["eta"]
     psi = _g(5, u)
     nrows = P["x2"].shape[0]
-    keys = ("s", "W", "sig", "A2", "An", "Ap", "ok", "fp", "sig2")
+    keys = ("s", "W", "sig", "A2", "An", "Ap", "ok", "fp", "sig2", "M", "X")
     acc_rows = {k: np.empty(nrows) for k in keys}
     w_store = np.empty((nrows, d)) if keep_w else None
     probe = _probe(d)
@@ -322,17 +322,16 @@ def _row_pass(P, a2, keep_w, block):
             xb *= rstd
             z = xb
             if a2 is not None:
-                diff = a2[r0:r1].astype(np.float64)
-                diff -= y  # NaN or inf in a row shows in its sums below
+                diff = np.subtract(a2[r0:r1], y, dtype=np.float64)  # NaN or inf in a row shows in its sums below
             zz = z * z
-            Z2 = zz.sum(axis=1)
+            Z2 = np.einsum("ij,ij->i", z, z)
             Z4 = np.einsum("ij,ij->i", zz, zz)
             # addends of the sum of squares below the ulp of its total stagnate (error -b, or
             # ulp - b): not random, each at most b; half their share, either way
             T = d * _q(Z2, d) / (rstd[:, 0] * rstd[:, 0])  # the sum of squares, about
             h = accf.ulp(np.fmax(T * (1 + 2 * _g(2 * d + 8, u)), 0.0)) / np.where(T > 0, T, 1.0) * Z2
-            small = np.where(zz < h[:, None], zz, 0.0)
-            stag = 0.5 * small.sum(axis=1) / np.where(Z2 > 0, Z2, 1.0) * _q(Z2, d)
+            small = np.sum(zz, axis=1, where=zz < h[:, None])
+            stag = 0.5 * small / np.where(Z2 > 0, Z2, 1.0) * _q(Z2, d)
             # rows where most addends are tiny next to the total (a few elements dominate, the
             # rest alike: their roundings are not random): not eligible
             swamped = np.count_nonzero(zz < 8 * u * Z2[:, None], axis=1) > 0.25 * d
@@ -353,7 +352,7 @@ def _row_pass(P, a2, keep_w, block):
             else:
                 gz = w = z
                 G2 = Z2
-            W = np.einsum("ij,ij->i", w, gz)
+            W = Z2 if g is None else np.einsum("ij,ij->i", w, gz)  # w = gz = z: the same sum as Z2
             num = np.einsum("ij,ij->i", diff, w) if a2 is not None else np.zeros(r1 - r0)
             W2 = np.einsum("ij,ij->i", w, w) if w is not z else Z2
             Y2 = np.einsum("ij,ij->i", y, y)
@@ -395,6 +394,8 @@ def _row_pass(P, a2, keep_w, block):
             acc_rows["ok"][sl] = ok
             acc_rows["fp"][sl] = fp
             acc_rows["sig2"][sl] = qq / (r * r)
+            if layer:  # mean |x| and max |x|, for lneps.testing.bounds.bound_floor
+                acc_rows["M"][sl], acc_rows["X"][sl] = M[:, 0], X[:, 0]
     return acc_rows, w_store
 
 
