@@ -68,17 +68,97 @@ def test_sweet_spot(g):
     assert g["sweet_keep_hi"] == pytest.approx(float(q / (q + Fraction(1, 10**5))), rel=1e-15)
 
 
-def test_every_claim_has_a_verdict_and_a_place(markdown):
+def _rows(markdown):
     rows = [r for r in markdown.splitlines() if r.startswith("| ") and not r.startswith("| claim")]
-    assert len(rows) >= 45
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1] in {"✓", "✗", "~", "—"}, row
-        assert "{ref}" in cells[2] or "{glue" in cells[2], row
-    # the one claim beyond the book says why, on this page
-    beyond = [r for r in rows if "| — |" in r]
-    assert len(beyond) == 1 and "claims-beyond" in beyond[0]
-    assert "(claims-beyond)=" in markdown and "quoted from {cite}`ba2016layer`" in markdown
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
+def test_every_claim_has_a_verdict_and_a_place(markdown):
+    rows = _rows(markdown)
+    assert len(rows) >= 50
+    for cells in rows:
+        # shown true, corrected or qualified: no claim is left beyond the book
+        assert cells[1] in {"✓", "✗", "~"}, cells
+        assert "{ref}" in cells[2] or "{glue" in cells[2], cells
+    assert "beyond this book" not in markdown and "claims-beyond" not in markdown and "**—**" not in markdown
+    # the legend, once
+    assert markdown.count("**✓** shown true by a computation") == 1
+    # the training claims are settled on this page's section and the training chapter
+    assert "(claims-training)=" in markdown and "quoted from {cite}`ba2016layer`" in markdown
+
+
+# Each training claim's row, found by its words, and the lab's claim that settles it.
+TRAINING_ROWS = {
+    "sigma_zero": "can kill an entire training run",
+    "fp16_tiny_eps": "still vulnerable to numerical instability in mixed-precision training",
+    "sweet_spot": "the sweet spot",
+    "too_large": "too large (e.g., 1e-1 or 1.0)",
+    "norm_in_float32": "critical to correctness",
+    "norm_vs_none": "layer normalization makes training faster and more stable",
+    "finetune_mismatch": "fine-tuned in different precision can exhibit subtle degradation",
+}
+SYMBOL = {"true": "✓", "corrected": "✗", "qualified": "~", "not an effect": "✗"}
+
+
+def test_each_training_claim_carries_the_runs_verdict(markdown):
+    from lneps.book.training import claims
+
+    verdicts = {c.key: c.verdict for c in claims.all_claims()}
+    rows = _rows(markdown)
+    for key, words in TRAINING_ROWS.items():
+        (cells,) = [c for c in rows if words in c[0]]
+        assert cells[1] == SYMBOL[verdicts[key]], (key, cells[1], verdicts[key])
+        assert "<training-" in cells[2], key   # and links to the chapter's section
+    # the one comparison that is not a claim of the sources is in the section, with its verdict
+    assert verdicts["pre_vs_post"] == "corrected" and "<training-pre-post>" in markdown
+
+
+def test_the_training_numbers_are_the_runs(g):
+    # Recomputed from the stored files with json and NumPy, not through the lab's claims.
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from lneps.book.report import sci
+
+    data = Path(__file__).resolve().parents[1] / "src/lneps/book/data/training"
+    manifest = json.loads((data / "runs.json").read_text())
+    floor = json.loads((data / "corpus.json").read_text())["loss_floor_nats"]
+    with np.load(data / "runs.npz") as z:
+        arrays = {k: z[k] for k in z.files if k.endswith(("eval_loss", ":loss"))}
+
+    def ids(**where):
+        where = {"norm": "LayerNorm", "precision": "fp32", "steps": 300, "ft_steps": 0, **where}
+        return [rid for _, rid in sorted((e["config"]["seed"], rid) for rid, e in manifest["runs"].items()
+                                         if all(e["config"][k] == v for k, v in where.items()))]
+
+    def final(rid):
+        return float(arrays[f"{rid}:eval_loss"][-1]) - floor
+
+    def mean_diff(a, b, metric=final):
+        return float(np.mean([metric(r) for r in b]) - np.mean([metric(r) for r in a]))
+
+    assert g["tr_n_runs"] == len(manifest["runs"])
+    fin = [mean_diff(ids(placement="pre", init=i, eps=1e-5), ids(placement="none", init=i, eps=None))
+           for i in ("normal", "small", "zero_resid")]
+    assert (g["tr_nn_fin_lo"], g["tr_nn_fin_hi"]) == pytest.approx((min(fin), max(fin)), abs=1e-12)
+    post = [mean_diff(ids(placement="pre", init=i, eps=1e-5), ids(placement="post", init=i, eps=1e-5))
+            for i in ("normal", "small", "zero_resid")]
+    assert (g["tr_pp_fin_lo"], g["tr_pp_fin_hi"]) == pytest.approx((-max(post), -min(post)), abs=1e-12)
+    normal = {e: ids(placement="pre", init="normal", eps=e) for e in (1e-5, 1e-1, 1.0)}
+    assert g["tr_large_1e1"] == pytest.approx(mean_diff(normal[1e-5], normal[1e-1]), abs=1e-12)
+    assert g["tr_large_1"] == pytest.approx(mean_diff(normal[1e-5], normal[1.0]), abs=1e-12)
+    small = {e: ids(placement="pre", init="small", eps=e) for e in (0.0, 1e-5)}
+    assert g["tr_sweet_small"] == pytest.approx(mean_diff(small[0.0], small[1e-5]), abs=1e-12)
+    swaps = [rid for rid, e in manifest["runs"].items() if e["config"]["ft_steps"] and e["config"]["ft_eps"] == 1e-3]
+    assert len(swaps) == 12
+    eps0 = [e for e in manifest["runs"].values() if e["config"]["eps"] == 0.0 and not e["config"]["ft_steps"]]
+    assert g["tr_eps0_alive"] == sum(e["stopped_at"] is None for e in eps0) == len(eps0) - 3
+    d = ids(placement="pre", init="normal", eps=1e-12, precision="fp16_norm32", steps=150)
+    e = ids(placement="pre", init="normal", eps=1e-12, precision="fp16_eps16", steps=150)
+    diff = mean_diff(d, e)
+    assert g["tr_f16_pre_diff"] == ("+" if diff > 0 else "") + sci(diff, 0)
 
 
 def test_no_cell_says_not_computed(markdown):

@@ -18,13 +18,14 @@ Modules (each loaded on first use; only those marked torch import it):
 * ``stored``: the stored runs, read without torch;
 * ``spread``: the spread over arithmetic profiles;
 * ``effects``: metrics, effect sizes and the effect rule;
-* ``claims``: the stability note's training claims, settled.
+* ``claims``: the stability note's training claims, settled;
+* ``figures``: the training chapter's figures (loss curves, q/epsilon over training).
 """
 
 import importlib
 
 _MODULES = ("corpus", "config", "recipe", "grid", "record", "precision", "model", "run", "provenance",
-            "stored", "spread", "effects", "claims")
+            "stored", "spread", "effects", "claims", "figures")
 
 
 def __getattr__(name):

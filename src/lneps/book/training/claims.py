@@ -52,6 +52,8 @@ class Claim:
 
 
 def _sel(**where) -> list[stored.Run]:
+    # LayerNorm unless asked: the RMSNorm runs share pre-norm, init normal and the sweep's epsilons
+    where.setdefault("norm", "LayerNorm")
     where.setdefault("precision", "fp32")
     where.setdefault("steps", 300)
     runs = stored.select(**where)
@@ -438,7 +440,7 @@ def finetune_mismatch() -> Claim:
     for init in ("normal", "small"):
         for ea in (1e-12, 1e-5):
             ctrl = _sel(init=init, eps=ea, ft_eps=ea, ft_precision="fp32")
-            base = _sel(init=init, eps=ea)
+            base = _sel(placement="pre", init=init, eps=ea)
             ft = [r for r in stored.select(init=init, eps=ea, precision="fp32", steps=300,
                                            ft_steps=ctrl[0].config.ft_steps)
                   if (r.config.ft_eps, r.config.ft_precision) != (ea, "fp32")]
