@@ -3,8 +3,8 @@ kernel onto one of its tiers, so that every tier is judged on the same inputs.""
 
 import numpy as np
 
-from lneps import kernel
-from lneps.kernel import double_double as kernel_dd, settle as kernel_settle, triple as kernel_triple
+from lneps.kernel import double_double as kernel_dd, float64 as kernel_float64, settle as kernel_settle
+from lneps.kernel import triple as kernel_triple, with_stats as kernel_with_stats
 
 F64 = np.float64
 
@@ -21,16 +21,16 @@ def _force(monkeypatch, tier):
     nothing), "triple" (nothing is decided before triple precision), "fractions" (nothing
     before rational arithmetic)."""
     if tier in ("double-double", "triple", "fractions"):
-        kinds = kernel._kinds
+        kinds = kernel_float64._kinds
 
         def unproven(xin, chunks=None):
             exact, split, finite, top = kinds(xin, chunks)
             return exact & False, split & False, finite, top
 
-        monkeypatch.setattr(kernel, "_kinds", unproven)
+        monkeypatch.setattr(kernel_float64, "_kinds", unproven)
     if tier in ("no-vectorized-exact", "triple", "fractions"):
         monkeypatch.setattr(kernel_settle, "settle", lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
-        monkeypatch.setattr(kernel, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
+        monkeypatch.setattr(kernel_with_stats, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
     if tier in ("triple", "fractions"):
         finish = kernel_dd.finish_values
 

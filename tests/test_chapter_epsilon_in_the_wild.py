@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.book import defaults, eps_swap
+from lneps.book import defaults, eps_swap, eps_tables
 from notebooks import glued, read, stream_text
 from bibliography import EXPECTED_VERDICTS, bib_entries
 
@@ -59,10 +59,10 @@ TABLES = ("note_table", "defaults_layernorm", "defaults_rmsnorm", "port_table")
 
 
 def test_the_shown_tables_are_the_generated_ones():
-    assert glued_mime("note_table", "text/markdown") == defaults.note_table_markdown()
+    assert glued_mime("note_table", "text/markdown") == eps_tables.note_table_markdown()
     for kind in defaults.KINDS:
         assert (glued_mime(f"defaults_{kind.lower()}", "text/markdown")
-                == defaults.defaults_markdown(kind=kind))
+                == eps_tables.defaults_markdown(kind=kind))
     text = "".join(c.source for c in read(NB).cells if c.cell_type == "markdown")
     for name in TABLES:
         assert f"```{{glue:md}} {name}\n:format: myst" in text
@@ -112,7 +112,7 @@ def test_onnx_and_torch_rmsnorm_values(g):
     # "smaller than every value configured for an RMS-style layer in the table"
     configured = [v for r in defaults.DEFAULTS if r.kind == "RMSNorm" and r.library_default
                   for v in (r.library_default, *r.released_values)]
-    assert g["min_rms_configured"] == "1e-6" == defaults.fmt_eps(min(configured))
+    assert g["min_rms_configured"] == "1e-6" == eps_tables.fmt_eps(min(configured))
     assert g["torch_rms_eps_f64"] < g["torch_rms_eps"] < min(configured)
     assert g["rms_none_ratio"] == pytest.approx(1e-6 / 2.0**-23) and round(g["rms_none_ratio"], 1) == 8.4
 
@@ -161,15 +161,15 @@ def test_porting_measured_matches_closed_form_on_the_chapters_rows(g, chapter_ro
     out_5 = lneps.layer_norm(rows, eps=1e-5)
     for line, m, std in zip(lines, np.median(measured, axis=-1), out_5.std(axis=-1).mean(axis=-1)):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[1] == f"${defaults.tex_eps(float(m))}$" and cells[3] == f"{std:.3f}"
-    np.testing.assert_allclose(defaults.predicted_relative_change(q, 1e-12, 1e-5), want, rtol=1e-9)
+        assert cells[1] == f"${eps_tables.tex_eps(float(m))}$" and cells[3] == f"{std:.3f}"
+    np.testing.assert_allclose(eps_swap.predicted_relative_change(q, 1e-12, 1e-5), want, rtol=1e-9)
 
 
 def test_porting_1e12_to_1e5(g):
     # Sample rows: q is sigma^2 up to sampling noise (d = 768: about 5%), so compare with
     # the closed form loosely; the inverted closed form exactly.
     def closed(sigma):
-        return float(defaults.predicted_relative_change(sigma**2, 1e-12, 1e-5))
+        return float(eps_swap.predicted_relative_change(sigma**2, 1e-12, 1e-5))
 
     assert g["port_rel_1"] == pytest.approx(closed(1.0), rel=0.1)
     assert g["port_rel_01"] == pytest.approx(closed(0.1), rel=0.1)
@@ -195,13 +195,13 @@ def test_porting_1e12_to_1e5(g):
 def test_rmsnorm_1e6_versus_1e5(g):
     for r, key in ((1.0, "rms_rel_1"), (0.1, "rms_rel_01"), (0.03, "rms_rel_003"),
                    (0.01, "rms_rel_001"), (0.003, "rms_rel_0003")):
-        want = float(defaults.predicted_relative_change(r * r, 1e-5, 1e-6))
+        want = float(eps_swap.predicted_relative_change(r * r, 1e-5, 1e-6))
         assert g[key] == pytest.approx(want, rel=1e-8)
     assert g["rms_rel_1"] == pytest.approx(4.5e-6, rel=1e-4)  # (1e-5 - 1e-6) / 2
     assert round(g["rms_rel_0003"] * 100) == 38
     for change, key in ((1e-3, "rms_for_1e3"), (1e-2, "rms_for_1e2")):
         r = g[key]
-        assert float(defaults.predicted_relative_change(r * r, 1e-5, 1e-6)) == pytest.approx(change, rel=1e-9)
+        assert float(eps_swap.predicted_relative_change(r * r, 1e-5, 1e-6)) == pytest.approx(change, rel=1e-9)
 
 
 def test_rmsnorm_measured_matches_closed_form_on_the_chapters_rows(g, chapter_rows):
@@ -209,7 +209,7 @@ def test_rmsnorm_measured_matches_closed_form_on_the_chapters_rows(g, chapter_ro
     for name, z in shapes.items():
         # Unit RMS per row, then scaled: NumPy here, lneps.rms_norm(eps=0) in the notebook.
         x = z / np.sqrt(np.mean(z**2, axis=-1, keepdims=True)) * targets[:, None, None]
-        measured = defaults.relative_change(x, 1e-5, 1e-6, kind="RMSNorm")
+        measured = eps_swap.relative_change(x, 1e-5, 1e-6, kind="RMSNorm")
         q = np.mean(x**2, axis=-1)
         want = np.abs(np.sqrt((q + 1e-5) / (q + 1e-6)) - 1)
         agree = float(np.max(np.abs(measured / want - 1)))

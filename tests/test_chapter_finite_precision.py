@@ -19,7 +19,7 @@ import pytest
 
 import lneps
 from lneps.book import precision as P
-from lneps.book import defaults
+from lneps.book import defaults, eps_tables
 from lneps.book.report import fmt_vec
 from notebooks import glued, read, stream_text
 from rendered import built_article, code_share
@@ -136,7 +136,7 @@ def test_which_eps_survive(g):
     assert F16(1) + F16(1e-5) == F16(1) and F16(1) + F16(1e-3) != F16(1)
     assert BF16(1) + BF16(1e-3) == BF16(1)
     rows = table_rows("survival_table")
-    assert [r[0] for r in rows] == [defaults.tex_eps(e).join("$$") for e in EPS_VALUES]
+    assert [r[0] for r in rows] == [eps_tables.tex_eps(e).join("$$") for e in EPS_VALUES]
     assert not any(r[2] == "0" for r in rows) and rows[4][1] == "0"  # bfloat16 / float16 at 1e-8
     assert rows[1][1] == r"$1.001 \times 10^{-5}$ (subnormal)"
     assert rows[1][3] == "float16, bfloat16" and rows[0][3] == "bfloat16"  # 1+eps==1

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lneps.book import defaults
+from lneps.book import defaults, eps_tables
 from lneps.book.defaults import by_key
 from bibliography import EXPECTED_VERDICTS, bib_entries
 from notebooks import ROOT
@@ -144,10 +144,10 @@ def test_note_table_is_the_notes_and_each_row_gets_its_verdict():
     tf = next(v for v in defaults.check_note_table() if v.claim.label.startswith("TensorFlow"))
     assert tf.fact.layer == "keras.layers.LayerNormalization"
     assert (tf.value, tf.name_right) == ("right", False)
-    assert tf.explanation == "the layer is Keras's, not TensorFlow's"
+    assert eps_tables.explanation(tf) == "the layer is Keras's, not TensorFlow's"
     for v in defaults.check_note_table():
         assert v.verdict in defaults.VERDICTS
-        assert (v.explanation == "") == (v.verdict == "right"), v.claim.label
+        assert (eps_tables.explanation(v) == "") == (v.verdict == "right"), v.claim.label
 
 
 def test_names_match_the_framework_or_the_model_family():
@@ -170,7 +170,7 @@ def test_verdict_reaches_every_answer():
 
 
 def test_markdown_tables_cite_every_row_and_keep_columns_apart():
-    table = defaults.defaults_markdown()
+    table = eps_tables.defaults_markdown()
     lines = table.splitlines()
     assert lines[0] == "| layer | default ε | released checkpoints |"
     assert len(lines) == 2 + len(defaults.DEFAULTS)
@@ -186,25 +186,25 @@ def test_markdown_tables_cite_every_row_and_keep_columns_apart():
     # Numbers are typeset as math, so none can break across lines inside a cell.
     assert r"$9.999999747 \times 10^{-6}$" in table and r"$2^{-23} = 1.19 \times 10^{-7}$" in table
     assert not re.search(r"\d+e-\d", table)
-    by_kind = {k: defaults.defaults_markdown(kind=k).splitlines()[2:] for k in defaults.KINDS}
+    by_kind = {k: eps_tables.defaults_markdown(kind=k).splitlines()[2:] for k in defaults.KINDS}
     assert len(by_kind["LayerNorm"]) + len(by_kind["RMSNorm"]) == len(defaults.DEFAULTS)
     assert sorted(by_kind["LayerNorm"] + by_kind["RMSNorm"]) == sorted(lines[2:])
     with pytest.raises(ValueError, match="kind"):
-        defaults.defaults_markdown(kind="BatchNorm")
-    note = defaults.note_table_markdown().splitlines()
+        eps_tables.defaults_markdown(kind="BatchNorm")
+    note = eps_tables.note_table_markdown().splitlines()
     assert len(note) == 2 + len(NOTE)
     assert all("{cite}`" in line for line in note[2:])
     assert "**right value, wrong name**: the layer is Keras's, not TensorFlow's" in note[3]
     assert "**right for released checkpoints only**: `LlamaConfig()` gives $10^{-6}$" in note[4]
-    assert not re.search(r"\d+e-\d", defaults.note_table_markdown())
+    assert not re.search(r"\d+e-\d", eps_tables.note_table_markdown())
 
 
 def test_fmt_eps_and_tex_eps():
-    assert [defaults.fmt_eps(v) for v in (1e-5, 1e-12, 1e-3)] == ["1e-5", "1e-12", "1e-3"]
-    assert defaults.fmt_eps(2.0**-23) == "1.19e-07"
-    assert [defaults.tex_eps(v) for v in (1e-5, 1e-12, 1.0)] == ["10^{-5}", "10^{-12}", "10^{0}"]
-    assert defaults.tex_eps(2.0**-23) == r"1.19 \times 10^{-7}"
-    assert defaults.tex_eps(float(np.float32(1e-5)), 10) == r"9.999999747 \times 10^{-6}"
+    assert [eps_tables.fmt_eps(v) for v in (1e-5, 1e-12, 1e-3)] == ["1e-5", "1e-12", "1e-3"]
+    assert eps_tables.fmt_eps(2.0**-23) == "1.19e-07"
+    assert [eps_tables.tex_eps(v) for v in (1e-5, 1e-12, 1.0)] == ["10^{-5}", "10^{-12}", "10^{0}"]
+    assert eps_tables.tex_eps(2.0**-23) == r"1.19 \times 10^{-7}"
+    assert eps_tables.tex_eps(float(np.float32(1e-5)), 10) == r"9.999999747 \times 10^{-6}"
 
 
 def test_verdict_tolerance_is_relative_1e12_as_documented():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import lneps
 from lneps import kernel, oracle
-from lneps.kernel import triple as kernel_triple
+from lneps.kernel import float64 as kernel_float64, triple as kernel_triple
 from kernel_tiers import _force, same
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
@@ -238,7 +238,7 @@ def test_rows_with_a_tiny_element_are_split_and_stay_in_tier_a(dt, tiny):
     x[:, 7] = dt(tiny)
     counts = {}
     kernel.normalize(x, kind="layer", eps=1e-5, counts=counts)
-    exact, split, _ = kernel._row_kinds(x)
+    exact, split, _ = kernel_float64._row_kinds(x)
     assert split.all() and not exact.any()
     assert counts["double_double_rows"] < 8  # only rows holding an element near a boundary
     assert_correctly_rounded(x)

@@ -172,6 +172,21 @@ def test_the_reference_never_needs_the_book():
                 assert "book" not in target.split(".") and not (target.strip(".") in ("", "lneps") and "book" in names), (p, target)
 
 
+def test_the_book_uses_the_reference_s_public_face():
+    # The book's studies import the reference as users do (lneps, lneps.formats,
+    # lneps.error_free, lneps.testing, ...), never the kernel behind it: the kernel may change its insides freely.
+    studies = sorted((SRC / "book").rglob("*.py"))
+    assert len(studies) > 10
+    for p in studies:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                target = ("." * node.level) + (node.module or "")
+                names = {a.name for a in node.names}
+                assert "kernel" not in target.split(".") and "kernel" not in names, (p, target)
+            elif isinstance(node, ast.Import):
+                assert not any("kernel" in a.name.split(".") for a in node.names), p
+
+
 def _data_files() -> list[str]:
     files = [p for p in (SRC / "book" / "data").rglob("*") if p.is_file() and p.suffix in (".json", ".toml")]
     return sorted(str(p.relative_to(SRC.parent)).replace("\\", "/") for p in files)

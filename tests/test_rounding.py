@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lneps import oracle
-from lneps.kernel import dd
+from lneps.kernel import error_free as dd
 from lneps.kernel.rounding import decide_float64, near_boundary, round_pair, to_format
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64

@@ -6,11 +6,12 @@ The package has three parts, each a folder:
   ``batch_norm``, correctly rounded by default (:mod:`lneps.norms`); their backward passes
   (:mod:`lneps.backward`), the Jacobian (:mod:`lneps.jacobian`) and the softmax, all importable
   from ``lneps`` directly; grading a kernel against them (:mod:`lneps.testing`, with
-  :mod:`lneps.ulp`); the naive arithmetic rounded to a format (:mod:`lneps.rounded`, with
+  :mod:`lneps.ulp`); the naive arithmetic rounded to a format (:mod:`lneps.naive`, with
   :mod:`lneps.formats`);
 * **the kernel** that computes the correctly rounded results (:mod:`lneps.kernel`: a float64
   tier, double-double and triple precision, exact ties; error-free transforms in
-  :mod:`lneps.kernel.dd`, rounding from first principles in :mod:`lneps.kernel.rounding`),
+  :mod:`lneps.kernel.error_free`, rounding from first principles in :mod:`lneps.kernel.rounding`; what the
+  book needs of them is exported as :mod:`lneps.error_free` and :func:`lneps.formats.round_to`),
   and **the exact oracle** that checks it in rational arithmetic (:mod:`lneps.oracle`);
 * **the book's studies** (:mod:`lneps.book`): the SymPy derivations, surveys, the frameworks'
   measurements, the trained network, the figures and the slider.
@@ -33,7 +34,7 @@ from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_defaul
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("testing", "norms", "backward", "jacobian", "softmax", "rounded", "formats", "ulp",
+_SUBMODULES = ("testing", "norms", "backward", "jacobian", "softmax", "naive", "formats", "ulp",
                "kernel", "oracle", "book")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,

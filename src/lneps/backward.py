@@ -57,7 +57,7 @@ import numpy as np
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
 from .kernel import gradients as _gradients
 from .norms import rms_norm_default_eps
-from .rounded import rounded_sum
+from .naive import rounded_sum
 
 __all__ = [
     "LayerNormGrads",

@@ -16,6 +16,7 @@ from ._checks import check_eps, check_float_dtype
 
 __all__ = [
     "FORMATS",
+    "round_to",
     "EPS_FATES",
     "significant_digits",
     "format_info",
@@ -33,6 +34,20 @@ EPS_FATES = ("zero", "subnormal", "normal")
 def _finfo(dtype):
     # ml_dtypes.finfo also answers for NumPy's own formats; np.finfo rejects bfloat16.
     return ml_dtypes.finfo(check_float_dtype(dtype))
+
+def round_to(y, dtype) -> np.ndarray:
+    """float64 values ``y`` rounded once to ``dtype`` (float16, bfloat16 or float32), to
+    nearest, ties to even: NumPy's conversion, except that float64 to bfloat16 (which
+    ``ml_dtypes`` does through float32, rounding twice) is repaired where the two roundings
+    disagree (:func:`lneps.kernel.rounding.to_format`).
+
+    >>> round_to(np.array([1 + 2.0**-8, 1 + 2.0**-8 + 2.0**-30]), ml_dtypes.bfloat16)  # a tie; above it
+    array([1, 1.00781], dtype=bfloat16)
+    """
+    from .kernel.rounding import to_format
+
+    return to_format(np.asarray(y, dtype=np.float64), check_float_dtype(dtype))
+
 
 def significant_digits(dtype) -> float:
     r"""Decimal digits carried by p significand bits (implicit bit included): :math:`p \log_{10} 2`."""

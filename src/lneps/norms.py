@@ -31,7 +31,7 @@ refused with a message naming the problem.
 
 ``compute_dtype=np.float16`` (``ml_dtypes.bfloat16``, ``np.float32``, ...) instead rounds
 every operation to that format, epsilon, gamma and beta included: the naive low-precision
-layer (:mod:`lneps.rounded`).
+layer (:mod:`lneps.naive`).
 
 Each slice is normalized on its own: a NaN or infinity in one row never reaches another row
 (a row holding one follows the plain float64 formula: NaN, or 0 where the variance is inf).
@@ -54,7 +54,7 @@ from ._checks import (
     check_positive_int,
     check_supported,
 )
-from .rounded import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
+from .naive import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps"]
 
@@ -166,7 +166,7 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
         ``None`` (default): correctly rounded (see the module docstring): each element is the
         nearest number of x's format to the exact result. A real floating dtype: every
         operation rounded to it, epsilon, gamma and beta included
-        (:func:`lneps.rounded.layer_norm_rounded`). Either way the output has x's dtype.
+        (:func:`lneps.naive.layer_norm_rounded`). Either way the output has x's dtype.
     return_stats : bool
         Also return ``mean`` and ``rstd`` :math:`= 1/\sqrt{\sigma^2+\varepsilon}`, shaped like x
         with the normalized axes kept as length 1 (as ONNX's ``Mean`` and ``InvStdDev``). With

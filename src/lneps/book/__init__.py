@@ -8,18 +8,18 @@ threadpoolctl). Each is loaded on first use (``lneps.book.survey``):
 * the response family and its figure: ``response``;
 * finite precision: ``precision`` (with ``survey``, the families of hard rows and their error
   surveys), ``report`` (how numbers are printed);
-* the frameworks' defaults and measurements: ``defaults``, ``eps_swap``, ``frameworks``,
-  ``incidents``, reading the tables of facts in ``data/``;
+* the frameworks' defaults and measurements: ``defaults``, ``eps_swap``, ``eps_tables``,
+  ``frameworks``, ``incidents``, reading the tables of facts in ``data/``;
 * the trained network: ``minilm`` and ``activations``, in the defined arithmetic of
-  ``correctly_rounded``;
+  ``exact_ops`` (each operation's exact result, rounded once);
 * the figures and the slider: ``figures``, ``slider``.
 """
 
 import importlib
 
 _MODULES = ("symbolic", "symbolic_backward", "response", "precision", "survey", "report",
-            "defaults", "eps_swap", "frameworks", "incidents", "minilm", "activations",
-            "correctly_rounded", "figures", "slider", "training")
+            "defaults", "eps_swap", "eps_tables", "frameworks", "incidents", "minilm", "activations",
+            "exact_ops", "figures", "slider", "training")
 
 
 def __getattr__(name):

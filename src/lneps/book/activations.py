@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .._checks import check_eps, check_positive_int
-from ..rounded import rounded_sum
+from ..naive import rounded_sum
 
 __all__ = [
     "F16_MAX",

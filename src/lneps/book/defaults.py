@@ -20,8 +20,8 @@ Two things are kept apart on purpose:
 value (right, right only for the released checkpoints, right only for the library default, or
 wrong) and its name (does the label name the framework or model the value belongs to?).
 
-What swapping one of these values for another does to a row is :mod:`lneps.book.eps_swap`
-(its functions are importable from here too).
+What swapping one of these values for another does to a row is :mod:`lneps.book.eps_swap`;
+the tables the chapters print from these facts are :mod:`lneps.book.eps_tables`.
 """
 
 from __future__ import annotations
@@ -36,13 +36,7 @@ import ml_dtypes
 import numpy as np
 
 from .._checks import check_eps
-from .eps_swap import (  # noqa: F401  (re-exported: code written before the split imports them here)
-    KINDS,
-    predicted_relative_change,
-    relative_change,
-    row_statistic,
-    statistic_for_relative_change,
-)
+from .eps_swap import KINDS
 from ..norms import rms_norm_default_eps
 
 __all__ = [
@@ -64,10 +58,6 @@ __all__ = [
     "verdict",
     "names_match",
     "check_note_table",
-    "fmt_eps",
-    "tex_eps",
-    "defaults_markdown",
-    "note_table_markdown",
     "SAME_EPS_RTOL",
 ]
 
@@ -153,24 +143,6 @@ class Verdict:
     def verdict(self) -> str:
         """One of :data:`VERDICTS`: the value's verdict, or ``"right value, wrong name"``."""
         return MISNAMED if self.value == RIGHT and not self.name_right else self.value
-
-    @property
-    def explanation(self) -> str:
-        """What is wrong with the row, in a few words of MyST (values as math); empty when
-        it is right."""
-        parts = []
-        if not self.name_right:
-            parts.append(f"the layer is {self.fact.where}'s, not {self.claim.names}'s")
-        default = f"${tex_eps(effective_eps(self.fact))}$"
-        if self.value == RELEASED_ONLY:
-            parts.append(f"`{self.fact.layer}()` gives {default}")
-        elif self.value == LIBRARY_ONLY:
-            released = ", ".join(tex_eps(v) for v in self.fact.released_values)
-            parts.append(f"released checkpoints use ${released}$")
-        elif self.value == WRONG:
-            parts.append(f"the default is {default}")
-        return "; ".join(parts)
-
 
 # --- the data files ---------------------------------------------------------------------
 
@@ -411,90 +383,3 @@ def check_note_table(table: tuple[NoteRow, ...] | None = None,
         fact = by_key(claim.matches, rows)
         out.append(Verdict(claim, fact, verdict(claim.eps, fact), names_match(claim.names, fact)))
     return tuple(out)
-
-
-def fmt_eps(value: float) -> str:
-    """``1e-5``, ``1e-12``, ``1.19e-07``: a power of ten as ``1e-k``, anything else to 3 digits."""
-    if value > 0:
-        k = round(math.log10(value))
-        if _same(value, 10.0**k):
-            return f"1e{k}"
-    return f"{value:.3g}" if value >= 1e-4 else f"{value:.2e}"
-
-
-def tex_eps(value: float, digits: int = 3) -> str:
-    r"""``value`` as TeX for a table cell: ``10^{-5}``, or ``1.19 \times 10^{-7}`` to ``digits``
-    significant digits. Typeset as math, a number never breaks across lines."""
-    if value <= 0 or not math.isfinite(value):
-        return f"{value:g}"
-    k = round(math.log10(value))
-    if _same(value, 10.0**k):
-        return f"10^{{{k}}}"
-    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
-    return rf"{mantissa} \times 10^{{{int(exponent)}}}"
-
-
-def _cite(key: str) -> str:
-    return "{cite}`" + key + "`"
-
-
-def _math(tex: str) -> str:
-    return f"${tex}$"
-
-
-def _default_cell(row: EpsDefault) -> str:
-    if row.library_default is None:
-        eps = torch_rmsnorm_eps(np.float32)
-        return (f"`None`: float32's machine epsilon, "
-                f"{_math(f'2^{{{round(math.log2(eps))}}} = ' + tex_eps(eps))}")
-    text = _math(tex_eps(row.library_default))
-    if row.attribute_dtype is not None:
-        text += f", stored as {row.attribute_dtype}: {_math(tex_eps(stored_eps(row), 10))}"
-    return text
-
-
-def _released_cell(row: EpsDefault) -> str:
-    if not row.released:
-        return "–"
-    groups = {}
-    for r in row.released:
-        groups.setdefault(r.value, []).append(f"{r.name} {_cite(r.cite)}")
-    return "; ".join(f"{_math(tex_eps(v))} in " + _join(names) for v, names in groups.items())
-
-
-def _join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _md_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    return "\n".join(lines)
-
-
-def defaults_markdown(rows: tuple[EpsDefault, ...] | None = None, *, kind: str | None = None) -> str:
-    """A MyST markdown table of ``rows`` (default :data:`DEFAULTS`; only those of ``kind``
-    if given): the layer with its source cited by a ``{cite}`` role, its library default, and
-    the released values in a column of their own. Values are typeset as math."""
-    rows = DEFAULTS if rows is None else rows
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS} or None; got {kind!r}")
-    body = [[f"{r.where} `{r.layer}` (`{r.parameter}`) {_cite(r.cite)}", _default_cell(r),
-             _released_cell(r)]
-            for r in rows if kind is None or r.kind == kind]
-    return _md_table(["layer", "default ε", "released checkpoints"], body)
-
-
-def note_table_markdown(verdicts: tuple[Verdict, ...] | None = None) -> str:
-    """A MyST markdown table of the stability note's rows (default: :func:`check_note_table`),
-    each beside the facts of the row it names and its verdict."""
-    verdicts = check_note_table() if verdicts is None else verdicts
-    body = []
-    for v in verdicts:
-        facts = f"`{v.fact.layer}` {_cite(v.fact.cite)}: {_default_cell(v.fact)}"
-        if v.fact.released:
-            released = ", ".join(tex_eps(x) for x in v.fact.released_values)
-            facts += f"; released: {_math(released)}"
-        verdict_text = f"**{v.verdict}**" + (f": {v.explanation}" if v.explanation else "")
-        body.append([v.claim.label, _math(tex_eps(v.claim.eps)), facts, verdict_text])
-    return _md_table(["the note's row", "its ε", "the facts", "verdict"], body)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._checks import as_float_array, check_axis, check_eps, check_real
 from ..norms import layer_norm, rms_norm
-from ..rounded import mean_and_variance
+from ..naive import mean_and_variance
 
 __all__ = [
     "KINDS",

@@ -22,8 +22,8 @@ Arithmetic. A forward pass in float32, float16 or bfloat16 is *defined*: every t
 stored in the format, and every operation's exact result is rounded once to it, to nearest
 with ties to even. That covers the sums and products of entries (as IEEE 754 itself does),
 each matrix product with its bias as a whole (exact products, an exact sum, one rounding:
-:func:`lneps.book.correctly_rounded.matmul`), ``exp`` in the softmax and GELU
-(:func:`lneps.book.correctly_rounded.exp`, :func:`~lneps.book.correctly_rounded.gelu`, the exact GELU
+:func:`lneps.book.exact_ops.matmul`), ``exp`` in the softmax and GELU
+(:func:`lneps.book.exact_ops.exp`, :func:`~lneps.book.exact_ops.gelu`, the exact GELU
 :math:`x\Phi(x)`). The attention scores are the rounded product divided by
 :math:`\sqrt{d_h}` rounded to the format; the softmax subtracts the row's largest score, takes
 ``exp``, divides by the rounded sum. The sentence embedding is computed from the last hidden
@@ -57,10 +57,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import correctly_rounded as cr
+from . import exact_ops as cr
 from .._checks import check_eps, check_float_dtype
 from ..norms import layer_norm
-from ..kernel.rounding import to_format
+from ..formats import round_to as to_format
 
 __all__ = [
     "MODEL_REQUIREMENT",

@@ -187,7 +187,7 @@ def layer_norm_methods(low, eps=1e-5) -> dict:
     sequential Welford variance, float64 two-pass statistics rounded once, and lneps's default
     (exact, rounded once)."""
     from ..norms import layer_norm
-    from ..rounded import layer_norm_rounded
+    from ..naive import layer_norm_rounded
 
     low = check_float_dtype(low)
 

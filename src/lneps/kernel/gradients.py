@@ -44,7 +44,7 @@ integers, vectorized in NumPy object arrays); only the square root is irrational
   (possible when :math:`\sigma d` is a square) to even. :math:`N_i = 0` is an exact +0.
 * **dγ** is a sum of square roots of different rationals. Each term is a double-double product
   (relative error below :math:`2^{-100}`), the column summed in double-double with a proven
-  bound (:func:`lneps.kernel.dd.pairwise_sum`), and decided as dx is. An undecided column
+  bound (:func:`lneps.kernel.error_free.pairwise_sum`), and decided as dx is. An undecided column
   (cancellation, or a value on a boundary) is settled exactly: the rows are grouped by the
   class of :math:`\sigma` modulo rational squares (:math:`\sigma_i\sigma_k` a perfect square;
   candidates bucketed by the parity of small prime exponents and Legendre symbols, then
@@ -84,7 +84,7 @@ from math import isqrt
 import ml_dtypes
 import numpy as np
 
-from . import dd
+from . import error_free as dd
 from .rounding import decide_float64, near_boundary, round_pair, to_format
 
 __all__ = ["layer_norm_gradients", "rms_norm_gradients", "round_root", "BLOCK_ELEMENTS"]
@@ -234,7 +234,7 @@ def _float_parts_slow(N, with_low):
 
 def _products(G, eg, g, tau):
     """G tau (Python ints) as :func:`_float_parts` with the low part: by one exact
-    :func:`lneps.kernel.dd.two_prod` when every tau fits 53 bits (G = g 2^-eg always does), else
+    :func:`lneps.kernel.error_free.two_prod` when every tau fits 53 bits (G = g 2^-eg always does), else
     in integers."""
     try:
         tf = tau.astype(np.float64)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import dd
+from . import error_free as dd
 
 __all__ = ["FAST_FORMATS", "to_format", "near_boundary", "decide_float64", "round_pair"]
 
@@ -191,7 +191,7 @@ def _neighbour(r: np.ndarray, toward: np.ndarray, dt) -> np.ndarray:
 def round_pair(h: np.ndarray, l: np.ndarray, dtype) -> np.ndarray:
     r"""The number of ``dtype`` nearest to the exact :math:`h + l`, ties to even, returned in
     float64 (float64: in float64 itself), where h is the float64 number nearest to
-    :math:`h + l` (as :func:`lneps.kernel.dd.two_sum` leaves it). An exact 0 is +0; a nonzero sum that
+    :math:`h + l` (as :func:`lneps.kernel.error_free.two_sum` leaves it). An exact 0 is +0; a nonzero sum that
     rounds to 0 keeps its sign.
 
     Rounding h itself is right unless h lies exactly on a boundary of the format (a midpoint,

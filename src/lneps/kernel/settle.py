@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dd
+from . import error_free as dd
 from .double_double import TILE, DDRows, extreme, finish_rows, finish_values
 from .exact import ExactRows, fraction_settle, settle
 from .triple import TripleRows

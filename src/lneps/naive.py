@@ -1,4 +1,5 @@
-r"""Arithmetic rounded to a format: the naive low-precision layer, operation by operation.
+r"""The naive low-precision arithmetic: every operation rounded to a format, as a layer that
+never upcasts computes it (behind ``compute_dtype=`` of :func:`lneps.layer_norm` and friends).
 
 Every function here rounds **every** operation to ``dtype``: the input, each partial sum, each
 product, the division by d, epsilon itself, the square root. NumPy float16 and

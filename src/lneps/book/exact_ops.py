@@ -41,9 +41,9 @@ from fractions import Fraction
 import numpy as np
 
 from .._checks import check_float_dtype
-from ..kernel.dd import split
+from ..error_free import split
 from ..oracle import format_of, round_rational
-from ..kernel.rounding import to_format
+from ..formats import round_to as to_format
 
 __all__ = ["FORMATS", "matmul", "exp", "gelu", "gelu_float64", "fsum", "dot", "norm"]
 

@@ -1,4 +1,4 @@
-"""lneps.book.correctly_rounded against exact arithmetic: Fractions for the products and sums, mpmath
+"""lneps.book.exact_ops against exact arithmetic: Fractions for the products and sums, mpmath
 at 300 bits for exp and GELU, and a rounding to the format written out here from the formats'
 definitions (not lneps.oracle's)."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from lneps.book import correctly_rounded as cr
+from lneps.book import exact_ops as cr
 
 FORMATS = (np.float16, ml_dtypes.bfloat16, np.float32)
 # significand bits p, smallest normal exponent, largest finite value

@@ -1,4 +1,4 @@
-"""lneps.rounded: every operation rounded to the format, against exact sums and float64."""
+"""lneps.naive: every operation rounded to the format, against exact sums and float64."""
 
 import math
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lneps
-from lneps import rounded
+from lneps import naive as rounded
 from lneps.book import survey
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
