@@ -121,3 +121,21 @@ def test_bad_eps_and_dtype_are_rejected():
         formats.eps_fate(1e-5, "float17")
     with pytest.raises(TypeError, match="dtype"):
         formats.format_info(np.int32)
+
+
+def test_the_registry_is_ieee_754_s_table():
+    # IEEE 754-2019, table 3.5 (binary16, binary32, binary64: p, emax, emin = 1 - emax), and
+    # bfloat16's 8 significand bits over binary32's exponent range, typed here, not read back
+    from lneps.formats import DTYPES, NARROW, REGISTRY, format_of
+
+    table = {"float16": (11, 15), "bfloat16": (8, 127), "float32": (24, 127), "float64": (53, 1023)}
+    assert list(REGISTRY) == list(table)
+    for name, (p, emax) in table.items():
+        f = format_of(name)
+        assert (f.p, f.emin, f.emax) == (p, 1 - emax, emax)
+        assert f.u == 2.0**-p and f.tiny == 2.0 ** (2 - emax - p)
+        assert f.largest == (2 - 2.0 ** (1 - p)) * 2.0**emax
+        assert format_of(f.dtype) is f
+    assert DTYPES[:3] == NARROW and len(DTYPES) == 4
+    with pytest.raises(TypeError, match="float16, bfloat16, float32 or float64"):
+        format_of(np.int32)

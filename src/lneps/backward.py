@@ -51,12 +51,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
 from .kernel import gradients as _gradients
 from .norms import rms_norm_default_eps
+from .formats import DTYPES
 from .naive import rounded_sum
 
 __all__ = [
@@ -125,7 +125,7 @@ def _reduce_rows(a, axis, dt):
 
 
 #: The formats the correctly rounded kernel takes exactly (integers arrive as float64).
-_EXACT = tuple(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+_EXACT = DTYPES  # lneps.formats.REGISTRY
 
 
 def _exact_ok(arr, g, gam):

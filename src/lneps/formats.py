@@ -1,13 +1,20 @@
 r"""Floating-point formats, and what storing epsilon in one does to it.
 
-A binary format with p significand bits (the implicit bit included) stores
-:math:`\pm 1.f \times 2^e`; every figure here is read from ``ml_dtypes.finfo``, which answers
-for NumPy's formats and for ``ml_dtypes.bfloat16`` alike (``np.finfo`` rejects bfloat16).
+The one registry of the formats lneps computes exactly (:data:`REGISTRY`, :func:`format_of`):
+float16, bfloat16, float32 and float64, each a :class:`Format` with its precision p
+(significand bits, the implicit bit included), normal exponent range, unit roundoff, smallest
+subnormal and largest number. Every module asks it (the kernel, the testing tool, the book);
+only the exact oracle keeps its own reading, so that the judge shares nothing with what it
+judges. Every figure is read from ``ml_dtypes.finfo``, which answers for NumPy's formats and
+for ``ml_dtypes.bfloat16`` alike (``np.finfo`` rejects bfloat16); a test holds them to IEEE
+754's table. The ulp is :func:`lneps.ulp.ulp`; rounding a float64 value once is
+:func:`round_to`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -15,6 +22,11 @@ import numpy as np
 from ._checks import check_eps, check_float_dtype
 
 __all__ = [
+    "Format",
+    "REGISTRY",
+    "DTYPES",
+    "NARROW",
+    "format_of",
     "FORMATS",
     "round_to",
     "EPS_FATES",
@@ -28,6 +40,62 @@ __all__ = [
 
 
 FORMATS = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Format:
+    r"""A binary floating-point format: ``p`` significand bits (the implicit one included),
+    normal exponents ``emin..emax``; subnormals below :math:`2^{e_{\min}}` are spaced
+    :math:`2^{e_{\min}-p+1}`."""
+
+    name: str
+    dtype: np.dtype
+    p: int
+    emin: int
+    emax: int
+
+    @property
+    def u(self) -> float:
+        """The unit roundoff :math:`2^{-p}`: rounding to nearest is within u relative."""
+        return 2.0 ** -self.p
+
+    @property
+    def tiny(self) -> float:
+        r"""The smallest subnormal, :math:`2^{e_{\min}-p+1}`."""
+        return 2.0 ** (self.emin - self.p + 1)
+
+    @property
+    def largest(self) -> float:
+        r"""The largest finite number, :math:`(2 - 2^{1-p})\,2^{e_{\max}}`."""
+        return (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
+
+
+def _read(name: str) -> Format:
+    dt = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    fi = ml_dtypes.finfo(dt)
+    return Format(name, dt, int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1)
+
+
+#: The formats lneps computes exactly, by name.
+REGISTRY = {name: _read(name) for name in FORMATS}
+#: Their dtypes, in order; :data:`NARROW` the 16- and 32-bit ones (the kernel's float64 tier).
+DTYPES = tuple(f.dtype for f in REGISTRY.values())
+NARROW = DTYPES[:3]
+_BY_DTYPE = {f.dtype: f for f in REGISTRY.values()}
+
+
+def format_of(dtype) -> Format:
+    """The :class:`Format` of float16, bfloat16, float32 or float64 (a dtype, a type or its
+    name); ``TypeError`` for any other.
+
+    >>> f = format_of(np.float16)
+    >>> f.p, f.emin, f.emax, f.u, f.largest
+    (11, -14, 15, 0.00048828125, 65504.0)
+    """
+    try:
+        return _BY_DTYPE[np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise TypeError(f"no format lneps computes exactly is {dtype!r}: float16, bfloat16, float32 or float64") from None
 
 EPS_FATES = ("zero", "subnormal", "normal")
 

@@ -39,7 +39,6 @@ Each slice is normalized on its own: a NaN or infinity in one row never reaches 
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from . import kernel
@@ -54,11 +53,12 @@ from ._checks import (
     check_positive_int,
     check_supported,
 )
+from .formats import DTYPES
 from .naive import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps"]
 
-_EXACT = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
+_EXACT = DTYPES  # the formats computed exactly (lneps.formats.REGISTRY)
 
 
 def rms_norm_default_eps(dtype) -> float:

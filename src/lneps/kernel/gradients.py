@@ -81,9 +81,9 @@ import math
 from fractions import Fraction
 from math import isqrt
 
-import ml_dtypes
 import numpy as np
 
+from ..formats import format_of
 from . import error_free as dd
 from .rounding import decide_float64, near_boundary, round_pair, to_format
 
@@ -107,9 +107,9 @@ class _Format:
     """p significand bits (implicit included), normal exponents emin..emax, from ml_dtypes."""
 
     def __init__(self, dt):
-        fi = ml_dtypes.finfo(dt)
+        f = format_of(dt)
         self.dt = np.dtype(dt)
-        self.p, self.emin, self.emax = int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1
+        self.p, self.emin, self.emax = f.p, f.emin, f.emax
 
 
 def _floor_log2(n: int, d: int) -> int:

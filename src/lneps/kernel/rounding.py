@@ -23,11 +23,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..formats import NARROW
 from . import error_free as dd
 
 __all__ = ["FAST_FORMATS", "to_format", "near_boundary", "decide_float64", "round_pair"]
 
-FAST_FORMATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32))
+FAST_FORMATS = NARROW  # the 16- and 32-bit formats of lneps.formats.REGISTRY
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _UINT = {2: np.uint16, 4: np.uint32}
 

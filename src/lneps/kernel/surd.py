@@ -31,39 +31,20 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import NamedTuple
 
-import ml_dtypes
-import numpy as np
+from ..formats import Format, format_of
 
 __all__ = ["BinaryFormat", "binary_format", "round_surd"]
 
 
-class BinaryFormat(NamedTuple):
-    """An IEEE 754 binary format: ``p`` significand bits (the implicit one included), normal
-    exponents ``emin..emax``; subnormals below :math:`2^{e_{\\min}}` are spaced
-    :math:`2^{e_{\\min}-p+1}`."""
-
-    p: int
-    emin: int
-    emax: int
-
-
-# binary16, bfloat16, binary32, binary64 (IEEE 754-2019, table 3.5; bfloat16: 8 exponent bits)
-_FORMATS = {
-    np.dtype(np.float16): BinaryFormat(11, -14, 15),
-    np.dtype(ml_dtypes.bfloat16): BinaryFormat(8, -126, 127),
-    np.dtype(np.float32): BinaryFormat(24, -126, 127),
-    np.dtype(np.float64): BinaryFormat(53, -1022, 1023),
-}
+#: An IEEE 754 binary format: ``p`` significand bits (the implicit one included), normal
+#: exponents ``emin..emax`` (:class:`lneps.formats.Format`, from the one registry).
+BinaryFormat = Format
 
 
 def binary_format(dtype) -> BinaryFormat:
-    """The :class:`BinaryFormat` of float16, bfloat16, float32 or float64."""
-    try:
-        return _FORMATS[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"no binary format known for {dtype!r}") from None
+    """The :class:`lneps.formats.Format` of float16, bfloat16, float32 or float64."""
+    return format_of(dtype)
 
 
 def _sign(v: int) -> int:

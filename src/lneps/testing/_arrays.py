@@ -5,9 +5,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..formats import DTYPES
+
 from .._checks import as_float_array
 
-_FORMATS = tuple(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+_FORMATS = DTYPES  # lneps.formats.REGISTRY
 _NAMES = "float16, bfloat16, float32 or float64"
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import norms
 from .._checks import check_axes, check_float_dtype, check_param_shape, check_real
-from ..formats import _finfo
+from ..formats import _finfo, format_of
 from ..ulp import ulp
 from ._arrays import _FORMATS, _as_numpy, _axes
 
@@ -199,12 +199,12 @@ class _Fmt:
     """What the bound needs of a format: its ulp at |v| >= 0, fast (the exponent bits)."""
 
     def __init__(self, dt):
-        fi = _finfo(dt)
+        f = format_of(dt)
         self.dt = np.dtype(dt)
-        self.scale = 2.0 ** -int(fi.nmant)
-        self.tiny = 2.0 ** (int(fi.minexp) - int(fi.nmant))  # the smallest subnormal
-        self.u = 2.0 ** -(int(fi.nmant) + 1)
-        self.big = float(fi.max)
+        self.scale = 2.0 ** (1 - f.p)
+        self.tiny = f.tiny  # the smallest subnormal
+        self.u = f.u
+        self.big = f.largest
 
     def ulp(self, v, out=None):
         """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.ulp.ulp`."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-import ml_dtypes
 import numpy as np
 
 from .._checks import check_float_dtype, check_positive_int
+from ..formats import format_of
 from ..ulp import ulp
 from ._arrays import _FORMATS, _NAMES
 
@@ -44,8 +44,8 @@ def families(dtype, d, *, rows=64, seed=0) -> dict[str, Family]:
     if dt not in _FORMATS:
         raise TypeError(f"dtype must be {_NAMES}; got {dt}")
     d, rows = check_positive_int(d, "d"), check_positive_int(rows, "rows")
-    fi = ml_dtypes.finfo(dt)
-    p, emin, emax = int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1
+    f = format_of(dt)
+    p, emin, emax = f.p, f.emin, f.emax
 
     def rng(k):
         return np.random.default_rng([seed, k])

@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('lneps.testing.strategies needs Hypothesis: pip install "lneps[hypothesis]"') from exc
 
 from .._checks import check_float_dtype, check_positive_int
-from ..formats import _finfo
+from ..formats import format_of
 from ._arrays import _FORMATS, _NAMES
 
 __all__ = ["layer_norm_inputs", "rms_norm_inputs"]
@@ -51,8 +51,7 @@ def _units(rows, d):
 
 @st.composite
 def _rows(draw, dt, d, max_rows):
-    fi = _finfo(dt)
-    p = int(fi.nmant) + 1
+    p = format_of(dt).p
     rows = draw(st.integers(1, max_rows))
     # the centre: 0, ordinary, or offset far above the spread (the cancellation families)
     exponent = draw(st.integers(0, p + 2))
@@ -61,7 +60,7 @@ def _rows(draw, dt, d, max_rows):
     k = draw(st.integers(-p - 2, 4))
     w = draw(_units(rows, d)).astype(np.float64)
     # keep sum(x^2) finite in the format, as the families do (a wide range is its own family)
-    top = float(fi.max) / (4 * d)
+    top = format_of(dt).largest / (4 * d)
     x = np.clip(centre + np.ldexp(w, k), -np.sqrt(top), np.sqrt(top))
     return x.astype(dt)
 
