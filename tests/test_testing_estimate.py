@@ -107,6 +107,8 @@ def test_the_shortcuts_decide_as_the_exact_path_does(dtype, monkeypatch):
     cases = []
     for d in (8, 64, 768):
         for name, (x, g, b) in lt.families(dtype, d, rows=16).items():
+            if d == 768 and name not in ("normal", "offset", "cancelling_beta"):
+                continue  # the wide rows' exact path is slow in float32: three families there
             for eps in (1e-5, 1e-12):
                 for fn in KERNELS:
                     with np.errstate(all="ignore"):
