@@ -1,11 +1,11 @@
-"""make portable: the notebooks' stored outputs and the tests that compute numbers, under
+"""make portable: the notebooks' stored outputs and the tests of what computes them, under
 several arithmetic profiles of this one machine.
 
 Each profile is a fresh process whose environment forces numpy's SIMD level
 (NPY_DISABLE_CPU_FEATURES), OpenBLAS's kernels (OPENBLAS_CORETYPE) and its thread count. Each
-runs nbval over book/ and every test of tests/ except those of the rendered book (its build,
-pages and PDF), with a cache of the trained network's forward passes of its own, so that the
-network is computed afresh in that arithmetic. The run passes only if every profile
+runs nbval over book/ and the tests of :data:`SELECTION` (not those of the rendered book: its
+build, pages and PDF), with a cache of the trained network's forward passes of its own, so
+that the network is computed afresh in that arithmetic. The run passes only if every profile
 reproduces the stored outputs.
 
 What it proves: the stored outputs do not depend on this CPU's SIMD paths (AVX-512, AVX2 or
@@ -16,6 +16,7 @@ builds; `make portable-arm64` runs nbval there under emulation), or Apple's Acce
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -37,6 +38,28 @@ PROFILES = {
                    "OPENBLAS_CORETYPE": "Prescott"},
                   {"numpy_disabled": ["X86_V3", "X86_V4"], "openblas": None, "threads": None}),
 }
+
+# What runs under each profile: the stored outputs (nbval over book/), the tests that tie the
+# chapters' prose to computed numbers, and the tests of what computes them: the kernel (its
+# float64 tier must hold whatever order numpy's SIMD loops sum in) and the backward pass, the
+# Jacobian and softmax (LAPACK, exp), the book's exactly rounded operations and the network built
+# on them. The other unit tests (the testing tool and its zoo,
+# the training lab's stored data, the frameworks' re-measurement, the oracle's rational
+# arithmetic, packaging) run natively in `make test`: what they compute with is checked here.
+SELECTION = ("book", "tests/test_chapter_*.py", "tests/test_claims.py", "tests/test_kernel.py",
+             "tests/test_kernel_extremes.py", "tests/test_norms.py", "tests/test_gradients.py",
+             "tests/test_backward.py", "tests/test_jacobian.py", "tests/test_softmax.py",
+             "tests/test_exact_ops.py", "tests/test_activations.py", "tests/test_survey.py")
+
+
+def selection() -> list[str]:
+    """The paths of :data:`SELECTION`, globs expanded (sorted), relative to the repository."""
+    out = []
+    for pattern in SELECTION:
+        matches = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(pattern))
+        out += matches if any(c in pattern for c in "*?[") else [pattern]
+    return out
+
 
 PROBE = """
 import json, numpy, threadpoolctl
@@ -67,8 +90,10 @@ def check_profile(name: str, seen: dict, want: dict | None) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Run the profiles named (all by default), as many at once as there are cores: each is one
+    pytest process, mostly on one core, with its own cache; they share no file they write."""
     names = argv or list(PROFILES)
-    results = []
+    started = []
     for name in names:
         extra, want = PROFILES[name]
         cache = ROOT / "_build" / "portable" / name
@@ -81,20 +106,28 @@ def main(argv: list[str]) -> int:
         simd = [k for k in ("X86_V4", "X86_V3", "ASIMD") if k in seen["enabled"]][:1]
         label = f"{name} (numpy {simd[0] if simd else 'X86_V2'}, OpenBLAS {seen['openblas']}, " \
                 f"{seen['threads']} thread{'s' if seen['threads'] != 1 else ''})"
-        print(f"portable: {label}", flush=True)
-        start = time.monotonic()
-        run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"], env=env, cwd=ROOT,
-                             capture_output=True, text=True)
-        took = time.monotonic() - start
-        summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
-        print(f"  {summary}  [{took:.0f} s]", flush=True)
-        if run.returncode != 0:
-            print(run.stdout[-20000:], run.stderr[-5000:], sep="\n")
-        results.append((label, run.returncode, summary, took))
+        started.append((label, env))
+    jobs = max(1, min(len(started), os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        results = list(pool.map(lambda job: _run(*job), started))
     print("\nportable: profile | result | time")
-    for label, code, summary, took in results:
+    for label, code, summary, took, _ in results:
         print(f"  {label} | {'ok' if code == 0 else 'FAILED'}: {summary} | {took:.0f} s")
-    return 0 if all(code == 0 for _, code, _, _ in results) else 1
+    for label, code, _, _, output in results:
+        if code != 0:
+            print(f"\nportable: {label} failed:\n{output}")
+    return 0 if all(code == 0 for _, code, _, _, _ in results) else 1
+
+
+def _run(label: str, env: dict):
+    print(f"portable: {label}: started", flush=True)
+    start = time.monotonic()
+    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection()], env=env,
+                         cwd=ROOT, capture_output=True, text=True)
+    took = time.monotonic() - start
+    summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
+    print(f"portable: {label}: {summary}  [{took:.0f} s]", flush=True)
+    return label, run.returncode, summary, took, run.stdout[-20000:] + "\n" + run.stderr[-5000:]
 
 
 if __name__ == "__main__":
