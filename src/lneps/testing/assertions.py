@@ -8,7 +8,7 @@ import numpy as np
 from ..ulp import ulp
 from ._arrays import _axes
 from .compare import (_ASSERT_KEYWORDS, _KEYWORDS, WRT, _blocks, _bound, _call_error, _exceeding, _measure,
-                      _parse, _placed_like, _row_index, _Summary)
+                      _parse, _row_index, _Summary)
 
 # Rows per block when grading large layer_norm / rms_norm outputs: the per-element arrays of a
 # block (errors, bound) stay a few MB whatever the input, as torch.testing's own temporaries do.
@@ -224,7 +224,7 @@ def assert_close(actual, *args, **kwargs):
     given = None if max_ulp is None else _bound(max_ulp, call.a.shape)
     blocks = [None] if call.wrt is not None else _blocks(call, _BLOCK_ELEMENTS)
     summary, rows_stats = _Summary(), []
-    tally = _Tally(metric)
+    tally = _Tally()
     pending, waiting = [], 0  # rows the floor did not clear: their bound is computed together
     tested = _tested_blocks(call, blocks)
     for k, rows in enumerate(blocks):
@@ -262,9 +262,7 @@ def assert_close(actual, *args, **kwargs):
     if worst is None:  # only the test across rows failed: show the largest error of the block
         gr = _measure(call)
         err = gr.scaled if metric == "scaled" else gr.err
-        bound = _bound(default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta,
-                                         eps=gr.call_eps, axis=-1 if gr.axis is None else gr.axis,
-                                         exact=gr.e, stats=gr.stats, kernels=kernels), err.shape)
+        bound = _bound(_tolerance(gr, kernels), err.shape)
         worst = (0.0, gr, err >= np.max(err), err, bound)
     _, gr, over, err, bound = worst
     if getattr(gr, "delta", None) is not None:  # the message shows exact values: measure the block so
@@ -333,7 +331,7 @@ def _floored(gr, kernels, test=None):
         abs_stats = (test.rows["M"], test.rows["X"])
     floor = bound_floor(gr.op, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps, dtype=gr.dt, axis=ax,
                         exact=gr.e, stats=gr.stats, kernels=kernels, abs_stats=abs_stats)
-    lim = floor if gr.gamma is None else floor * np.abs(_placed_like(gr.gamma, gr, a.shape))
+    lim = floor * gr.s  # gr.s: |gamma| placed as the op applies it (1 without a gain)
     with np.errstate(invalid="ignore"):
         bad = gr.diff > lim - gr.delta  # lim is finite: the floor is, and so is gamma (_floor_applies)
     bad &= gr.a64 != gr.r
@@ -365,7 +363,7 @@ def _grade_pending(call, idx, metric, kernels, tally):
 class _Tally:
     """How many elements exceed their bound, and the worst of them (furthest beyond, by ratio)."""
 
-    def __init__(self, metric):
+    def __init__(self):
         self.count, self.worst = 0, None
 
     def add(self, gr, over, err, bound):
@@ -386,18 +384,12 @@ def _exact_near_bound(call, gr, err, bound, metric, given, kernels):
     the exact value): the rows holding an element whose error lies within that distance of its
     bound (with 2^-20 of the bound for the bound's own dependence on e) are measured exactly,
     and their errors and bounds replace the estimated ones in place. Returns ``(err, bound)``."""
-    sub = slice(None)
-    e = gr.e[sub]
-    s = gr.s if np.ndim(gr.s) == 0 else gr.s[sub]
-    base = e if metric == "ulp" else np.fmax(np.abs(e), s)
+    base = gr.e if metric == "ulp" else np.fmax(np.abs(gr.e), gr.s)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        b = bound if np.ndim(bound) == 0 else bound[sub]
-        window = gr.delta[sub] / ulp(base, gr.dt)
-        window = window + np.multiply(b, 2.0**-20)
-        close = np.abs(err[sub] - b) <= window
-        close &= np.isfinite(b)  # an infinite bound: the row passed by the floor
-    near = np.zeros(err.shape, dtype=bool)
-    near[sub] = close
+        window = gr.delta / ulp(base, gr.dt)
+        window = window + np.multiply(bound, 2.0**-20)
+        near = np.abs(err - bound) <= window
+        near &= np.isfinite(bound)  # an infinite bound (no bound for the row) has no edge to be near
     if not near.any():
         return err, bound
     a = gr.a

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import norms
 from .._checks import check_real
+from ..formats import format_of
 from ..kernel.rounding import FAST_FORMATS, near_boundary, to_format
 from ..oracle import round_float64
 from ..ulp import ulp
@@ -292,12 +293,6 @@ def _compact(s):
     return s[tuple(slice(0, 1) if st == 0 else slice(None) for st in s.strides)]
 
 
-def _fmax(dt):
-    from ..formats import _finfo
-
-    return float(_finfo(dt).max)
-
-
 def _errors(a64, e, r, s, dt, r_finite=False):
     """``(diff, ulp error, scaled error, finite)``: float64 arrays (a NaN or infinity counts 0
     where it equals r and infinitely far otherwise), and whether a64 and r are all finite
@@ -522,7 +517,8 @@ def _estimated(call, rows, xa, a):
         r = rd.astype(np.float64)
         # ulp(e) differs from ulp(e^) only if a power of two lies between them: r is one, and e^ is
         # within delta of it (read off r's bits in its own format: the fraction field is 0)
-        pow2 = (rd.view(_UINTS[dt.itemsize]) & _UINTS[dt.itemsize]((1 << int(_finfo_nmant(dt))) - 1)) == 0
+        fraction = (1 << (format_of(dt).p - 1)) - 1  # the fraction field's bits
+        pow2 = (rd.view(f"u{dt.itemsize}") & fraction) == 0
         if pow2.any():
             P = np.nonzero(pow2)
             undecided[P] |= np.abs(np.abs(e[P]) - np.abs(r[P])) <= np.broadcast_to(delta, a.shape)[P]
@@ -538,35 +534,14 @@ def _estimated(call, rows, xa, a):
     s = _scale(call.scale, call.gamma, call.op, call.axis, a.shape)
     a64 = a.astype(np.float64)
     # every r is finite when every |e| is below the format's largest number (ties round down to it)
-    r_finite = bool(np.max(emax, initial=0.0) <= _fmax(dt))
+    r_finite = bool(np.max(emax, initial=0.0) <= format_of(dt).largest)
     diff, err, scaled, finite = _errors(a64, e, r, s, dt, r_finite=r_finite)
     return _Graded(**{**call.__dict__, "a": a, "a64": a64, "e": e, "r": r, "uncertain": np.zeros((), dtype=bool),
                       "diff": diff, "err": err, "scaled": scaled, "x": xa, "stats": stats, "rows": rows,
                       "delta": delta, "s": s, "finite": finite})
 
 
-_U = 2.0**-53
-_UINTS = {2: np.uint16, 4: np.uint32}
-
-
-def _finfo_nmant(dt):
-    from ..formats import _finfo
-
-    return _finfo(dt).nmant
-
-
-def _placed_like(p, call, shape):
-    """gamma or beta (or None) broadcast to ``shape`` as layer_norm and rms_norm place it: along
-    the normalized axes when it has their shape, the NumPy way otherwise."""
-    if p is None:
-        return None
-    q, nd = p.astype(np.float64), len(shape)
-    axes = _axes(-1 if call.axis is None else call.axis, nd)
-    if q.ndim and q.shape == tuple(shape[k] for k in axes):
-        q = q.reshape([shape[k] if k in axes else 1 for k in range(nd)])
-    return np.broadcast_to(q, shape)
-
-
+_U = format_of(np.float64).u  # the estimate is float64
 def _grade_backward(op, wrt, a, xa, dy, g, b, eps, axis, scale, dt):
     from .. import backward
 

@@ -34,14 +34,22 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "training"
 
 
 @functools.cache
-def manifest(data_dir: Path = DATA_DIR) -> dict:
-    return json.loads((Path(data_dir) / "runs.json").read_text(encoding="utf-8"))
+def _json(name: str, data_dir: Path) -> dict:
+    return json.loads((Path(data_dir) / name).read_text(encoding="utf-8"))
 
 
 @functools.cache
-def _arrays(data_dir: Path = DATA_DIR) -> dict:
-    with np.load(Path(data_dir) / "runs.npz") as z:
+def _npz(name: str, data_dir: Path) -> dict:
+    with np.load(Path(data_dir) / name) as z:
         return {k: z[k] for k in z.files}
+
+
+def manifest(data_dir: Path = DATA_DIR) -> dict:
+    return _json("runs.json", data_dir)
+
+
+def _arrays(data_dir: Path = DATA_DIR) -> dict:
+    return _npz("runs.npz", data_dir)
 
 
 @functools.cache
@@ -50,9 +58,8 @@ def corpus(data_dir: Path = DATA_DIR) -> np.ndarray:
     return np.load(Path(data_dir) / "corpus.npy")
 
 
-@functools.cache
 def corpus_meta(data_dir: Path = DATA_DIR) -> dict:
-    return json.loads((Path(data_dir) / "corpus.json").read_text(encoding="utf-8"))
+    return _json("corpus.json", data_dir)
 
 
 def floor(data_dir: Path = DATA_DIR) -> float:
@@ -60,15 +67,12 @@ def floor(data_dir: Path = DATA_DIR) -> float:
     return corpus_meta(data_dir)["loss_floor_nats"]
 
 
-@functools.cache
 def spread_manifest(data_dir: Path = DATA_DIR) -> dict:
-    return json.loads((Path(data_dir) / "spread.json").read_text(encoding="utf-8"))
+    return _json("spread.json", data_dir)
 
 
-@functools.cache
 def spread_arrays(data_dir: Path = DATA_DIR) -> dict:
-    with np.load(Path(data_dir) / "spread.npz") as z:
-        return {k: z[k] for k in z.files}
+    return _npz("spread.npz", data_dir)
 
 
 @dataclass(frozen=True)
