@@ -135,7 +135,7 @@ frameworks: $(FRAMEWORKS_STAMP)
 
 # How far each framework's outputs move across this machine's arithmetic profiles (ATEN_CPU_CAPABILITY,
 # XLA_FLAGS=--xla_cpu_max_isa, numpy's SIMD level, threads), the stored measurement included:
-# src/lneps/book/data/frameworks/spread.json, from which tests/test_frameworks_measured.py takes its
+# src/lneps/book/data/frameworks/spread.json, from which tests/book/test_frameworks_measured.py takes its
 # tolerance. About 18 minutes on 2 cores; re-make after `make frameworks`.
 frameworks-spread: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/measure_frameworks.py --spread

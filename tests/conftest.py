@@ -143,5 +143,5 @@ SPHINX_WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")
 
 
 # The browser's session fixtures (Chromium, the served book, one visit of every page), shared
-# by tests/test_browser.py and tests/test_layout.py so that each page is loaded only once.
+# by tests/rendered/test_browser.py and tests/rendered/test_layout.py so that each page is loaded only once.
 from browser import browser, html_dir, report, site, visits  # noqa: E402,F401

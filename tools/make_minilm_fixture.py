@@ -13,7 +13,7 @@ It encodes every ``STRIDE``-th sentence of book/data/sentences.txt with
 normalization, as the model's modules.json says), and, through forward hooks on every
 ``torch.nn.LayerNorm`` of the model, records the per-token biased variance q of each
 LayerNorm's input. The NumPy forward in ``lneps.book.minilm`` is tested against both
-(tests/test_minilm.py). Float arrays are stored exactly, as base64 of little-endian float32.
+(tests/book/test_minilm.py). Float arrays are stored exactly, as base64 of little-endian float32.
 """
 
 from __future__ import annotations

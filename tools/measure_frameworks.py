@@ -15,7 +15,7 @@ the fresh measurement is compared with it, so a reader on another CPU sees what 
 capped by ATEN_CPU_CAPABILITY or XLA_FLAGS=--xla_cpu_max_isa=..., numpy's SIMD level, thread
 counts), each in a process of its own, and writes spread.json next to the stored measurements:
 per result row, the outputs each profile computed and by how much each count moves (the stored
-measurement counts as a profile). tests/test_frameworks_measured.py derives its tolerance from it.
+measurement counts as a profile). tests/book/test_frameworks_measured.py derives its tolerance from it.
 
 Needs the extra (requirements-frameworks.txt). The runners are importable (tests re-measure a
 subset with them); nothing here is imported by `import lneps`.
@@ -532,7 +532,7 @@ def report(new: dict, old: dict | None) -> str:
 # framework's instruction set, a thread count, numpy's SIMD level), each in a fresh process, and
 # stores per result row the outputs seen (a digest prefix and their counts: correct, nan, inf,
 # beyond_bound), which profile gave which, and the spread of each count (max - min over the
-# profiles, the stored measurement included). tests/test_frameworks_measured.py derives its
+# profiles, the stored measurement included). tests/book/test_frameworks_measured.py derives its
 # tolerance from it.
 
 SPREAD_FILE = "spread.json"
@@ -833,7 +833,7 @@ def isa_class(profile: dict) -> str:
 
 def held_out(section: dict, safety: float) -> dict:
     """Leave-one-out over instruction-set classes: for each class, judge its outputs that no
-    other class produced by rule 3 of tests/test_frameworks_measured.py with the spread of the
+    other class produced by rule 3 of tests/book/test_frameworks_measured.py with the spread of the
     other classes only, anchored on the stored output (on a native one when the stored class is
     the one held out). Returns class -> (rows beyond the tolerance, rows judged)."""
     classes = [isa_class(p) for p in section["profiles"]]
@@ -919,7 +919,7 @@ def measure_spread(names, out_dir: Path) -> dict:
                 "(correct, nan, inf, beyond_bound, as in the stored files), by_profile[i] the output of "
                 "profiles[i] (profiles[0]: the stored measurement; null where that profile fails on the "
                 "op and dtype, its unsupported), spread = max - min of each count over the profiles. "
-                "tests/test_frameworks_measured.py derives its tolerance from it.",
+                "tests/book/test_frameworks_measured.py derives its tolerance from it.",
         "command": SPREAD_COMMAND,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"system": platform.system(), "machine": platform.machine(), "cpu": model,

@@ -46,10 +46,10 @@ PROFILES = {
 # on them. The other unit tests (the testing tool and its zoo,
 # the training lab's stored data, the frameworks' re-measurement, the oracle's rational
 # arithmetic, packaging) run natively in `make test`: what they compute with is checked here.
-SELECTION = ("book", "tests/test_chapter_*.py", "tests/test_claims.py", "tests/test_kernel.py",
-             "tests/test_kernel_extremes.py", "tests/test_norms.py", "tests/test_gradients.py",
-             "tests/test_backward.py", "tests/test_jacobian.py", "tests/test_softmax.py",
-             "tests/test_exact_ops.py", "tests/test_activations.py", "tests/test_survey.py")
+SELECTION = ("book", "tests/chapters", "tests/book/test_claims.py", "tests/kernel/test_kernel.py",
+             "tests/kernel/test_kernel_extremes.py", "tests/reference/test_norms.py", "tests/kernel/test_gradients.py",
+             "tests/reference/test_backward.py", "tests/reference/test_jacobian.py", "tests/reference/test_softmax.py",
+             "tests/book/test_exact_ops.py", "tests/book/test_activations.py", "tests/book/test_survey.py")
 
 
 def selection() -> list[str]:

@@ -42,7 +42,7 @@ end). ``np.float64`` is a cross-check, not defined arithmetic: float64 throughou
 NumPy's BLAS, ``exp`` and sums, whose last bits depend on the machine.
 
 Accuracy. Against the model's own pipeline (PyTorch, float32) the float32 embeddings agree to
-about 2e-7, float32 rounding (tested against a stored reference, tests/test_minilm.py).
+about 2e-7, float32 rounding (tested against a stored reference, tests/book/test_minilm.py).
 """
 
 from __future__ import annotations

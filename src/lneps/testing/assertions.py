@@ -278,7 +278,7 @@ def assert_close(actual, *args, **kwargs):
 #: The test across rows reads at least this many elements, and this many rows, where the output
 #: has them: blocks evenly spread over the output beyond that (a scale error every row shares
 #: shows in any of them; the d - 1 variance and eps after the square root at d = 4096 show in
-#: 64 rows, tests/test_kernel_zoo.py).
+#: 64 rows, tests/book/test_kernel_zoo.py).
 _TEST_ELEMENTS, _TEST_ROWS = 1 << 22, 1024
 
 

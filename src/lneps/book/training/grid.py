@@ -143,7 +143,7 @@ SPREAD_CONFIGS = (
     RunConfig(eps=1e-5, precision="bf16_norm16", steps=PRECISION_STEPS),
 )
 
-#: What tests/test_training_rerun.py re-runs a prefix of.
+#: What tests/book/test_training_rerun.py re-runs a prefix of.
 RERUN_CONFIGS = (SPREAD_CONFIGS[0], SPREAD_CONFIGS[4], SPREAD_CONFIGS[2])
 
 

@@ -14,7 +14,7 @@ From them (NumPy only):
 * :func:`metric_spread`: per metric of :mod:`.effects`, max - min over the profiles, per
   configuration, and the largest over the configurations (what the effect rule uses);
 * :func:`loss_envelope`: per configuration and step, the largest distance of a profile's training
-  loss from the stored run's (what tests/test_training_rerun.py allows a re-run).
+  loss from the stored run's (what tests/book/test_training_rerun.py allows a re-run).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def test_download_button_fetches_the_notebook(visits, browser, site, html_dir):
 
 def test_the_download_button_offers_the_book_as_a_pdf(visits):
     # tools/sphinx_pdf_button.py: every page's download menu links to the book's PDF, which
-    # `make pdf` writes next to the HTML (tests/test_pdf.py fetches it).
+    # `make pdf` writes next to the HTML (tests/rendered/test_pdf.py fetches it).
     menus = {rel: v["downloads"] for rel, v in visits.items() if v["downloads"]}
     assert SLIDER_PAGE in menus
     missing = {rel: hrefs for rel, hrefs in menus.items()

@@ -8,7 +8,7 @@ _toc.yml, and from the notebook's markdown for the Summary's numbers.
 The practical guide (book/practical_guide), the first page after the introduction, is not a
 chapter: it sits outside the numbered parts and has no "In this chapter", Summary or
 Exercises. It is held to opening with the question it answers (below) and to its own budget
-(tests/test_chapter_practical_guide.py).
+(tests/chapters/test_chapter_practical_guide.py).
 """
 
 from __future__ import annotations

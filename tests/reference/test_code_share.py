@@ -49,7 +49,7 @@ def test_a_page_of_prose_has_no_code():
 
 
 # A chapter is read in one sitting: at most 3,000 words of prose and 1,500 of code and output,
-# as rendered (the guide has its own, smaller budget: tests/test_chapter_practical_guide.py).
+# as rendered (the guide has its own, smaller budget: tests/chapters/test_chapter_practical_guide.py).
 PROSE_BUDGET, CODE_BUDGET = 3000, 1500
 
 

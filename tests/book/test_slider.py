@@ -1,6 +1,6 @@
 """The "Try it" slider's data and markup (lneps.book.slider), without a browser.
 
-tests/test_browser.py drives the rendered slider in Chromium; these tests pin what it embeds:
+tests/rendered/test_browser.py drives the rendered slider in Chromium; these tests pin what it embeds:
 the grid, every normalized value (against lneps.layer_norm), and deterministic markup.
 """
 

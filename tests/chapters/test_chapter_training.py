@@ -5,7 +5,7 @@ The numbers are recomputed here from the stored files themselves, read with json
 run's final excess is its last held-out loss minus the corpus's floor, a spread over draws the
 range of a configuration's three values, the spread over machines the range over the stored
 profiles), not through lneps.book.training.effects or .claims. The verdicts must be those of
-lneps.book.training.claims, which tests/test_training_data.py holds to the data. The chapter
+lneps.book.training.claims, which tests/book/test_training_data.py holds to the data. The chapter
 reads stored data only: no code cell imports torch or trains.
 """
 
@@ -23,7 +23,7 @@ from lneps.book.report import sci
 from notebooks import glued, markdown, read, stream_text
 
 NB = "training.ipynb"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "src" / "lneps" / "book" / "data" / "training"
 MANIFEST = json.loads((DATA / "runs.json").read_text(encoding="utf-8"))
 CORPUS = json.loads((DATA / "corpus.json").read_text(encoding="utf-8"))

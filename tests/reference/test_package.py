@@ -19,7 +19,7 @@ import pytest
 
 import lneps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SRC = ROOT / "src" / "lneps"
 

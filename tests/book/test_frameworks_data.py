@@ -18,7 +18,7 @@ from lneps.book import incidents as INC
 from notebooks import glued
 
 F16, BF16, F32 = np.float16, ml_dtypes.bfloat16, np.float32
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = FW.load_all()
 
 
@@ -324,7 +324,7 @@ def test_spread_includes_the_stored_measurement_row_by_row():
 
 
 def test_spread_covers_the_profiles_ci_and_the_issue_run():
-    """The profiles tests/test_frameworks_measured.py must pass under: torch's capability levels,
+    """The profiles tests/book/test_frameworks_measured.py must pass under: torch's capability levels,
     XLA's instruction-set caps, `make portable`'s numpy level; and the issue's row moved."""
     tool, sp = _spread()
     envs = {fw: [p["env"] for p in sec["profiles"]] for fw, sec in sp["frameworks"].items()}
@@ -341,7 +341,7 @@ def test_spread_covers_the_profiles_ci_and_the_issue_run():
 
 
 def test_spread_numbers_quoted_by_the_remeasuring_tests():
-    """tests/test_frameworks_measured.py explains its tolerance with these numbers."""
+    """tests/book/test_frameworks_measured.py explains its tolerance with these numbers."""
     tool, sp = _spread()
     fl, tr = sp["frameworks"]["flax"], sp["frameworks"]["torch"]
     assert (tr["rows_with_outputs_differing"], fl["rows_with_outputs_differing"]) == (357, 305)

@@ -636,7 +636,7 @@ def test_two_pass_bound_refuses_what_its_model_does_not_cover():
 
 def test_the_readme_kernel_test_runs(tmp_path):
     """The README's "Testing your kernel" block, run as it is written, passes under pytest."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- readme-test: kernel -->\n```python\n(.*?)```", readme, re.S)
     assert match, "README.md has no block marked readme-test: kernel"
     (tmp_path / "test_my_layer_norm.py").write_text(match.group(1), encoding="utf-8")

@@ -63,7 +63,7 @@ import pytest
 
 from lneps.book import frameworks as FW
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAFETY = 2  # rule 3: a new output may move a count by twice the spread the profiles showed
 
 

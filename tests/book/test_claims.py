@@ -122,7 +122,7 @@ def test_the_training_numbers_are_the_runs(g):
 
     from lneps.book.report import sci
 
-    data = Path(__file__).resolve().parents[1] / "src/lneps/book/data/training"
+    data = Path(__file__).resolve().parents[2] / "src/lneps/book/data/training"
     manifest = json.loads((data / "runs.json").read_text())
     floor = json.loads((data / "corpus.json").read_text())["loss_floor_nats"]
     with np.load(data / "runs.npz") as z:

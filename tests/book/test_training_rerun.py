@@ -1,7 +1,7 @@
 """Re-run the first PREFIX steps of a few stored training runs (lneps.book.training.grid.RERUN_CONFIGS)
 and compare them with the stored runs, within the stored spread over machines.
 
-The rule, as for the frameworks' measurements (tests/test_frameworks_measured.py):
+The rule, as for the frameworks' measurements (tests/book/test_frameworks_measured.py):
 
 1. Under the arithmetic of the stored runs (same torch, CPU model and flags, kernel capability,
    threads, MKL/oneDNN settings: lneps.book.training.provenance.arithmetic_key) the prefix is

@@ -19,7 +19,7 @@ from lneps.testing import families, forward_bound
 from notebooks import glued, read
 
 NB = "testing_a_kernel.ipynb"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
@@ -44,7 +44,7 @@ def g():
 
 
 def test_it_follows_the_trained_network_in_part_three():
-    # Then comes the training chapter (tests/test_chapter_training.py), the last of the part.
+    # Then comes the training chapter (tests/chapters/test_chapter_training.py), the last of the part.
     toc = (ROOT / "_toc.yml").read_text()
     part = toc.split('"Part III. In the wild"')[1].split("- caption")[0]
     files = [line.split("file:")[1].strip() for line in part.splitlines() if "file:" in line]
