@@ -326,8 +326,9 @@ def measure_results(runner, *, dtypes=FW.DTYPES, ds=FW.DS, eps_values=FW.EPS_VAL
     return results, _unsupported_list(unsupported)
 
 
-PROBES = (("zeros", 1e-12), ("constant 60000", 1e-12), ("constant 60000", 1e-5),
-          ("+-65504", 1e-5), ("65504 and 65472", 1e-5))
+# Hand-made rows (lneps.families's names, FW.HAND_ROWS) and the eps each is probed with.
+PROBES = (("zeros", 1e-12), ("constant_60000", 1e-12), ("constant_60000", 1e-5),
+          ("65504_and_-65504", 1e-5), ("65504_and_65472", 1e-5))
 
 
 def measure_probes(runner, dtypes=FW.DTYPES) -> dict:
@@ -437,7 +438,7 @@ def measure_torch_rmsnorm_default(runner) -> dict:
     return out
 
 
-def implied_variance(runner, op, *, d=100, rows=64, dtype="float32", family="mean 6e4, sd 8") -> dict:
+def implied_variance(runner, op, *, d=100, rows=64, dtype="float32", family="mean_6e4") -> dict:
     """The variance a layer used, read back from its float32 output: for each row,
     s = (x_max - x_min) / (y_max - y_min) is its sqrt(var + eps), so var = s**2 - eps, compared
     with the exact variance of the stored row. Output rounding alone leaves a relative error
@@ -460,7 +461,7 @@ def implied_variance(runner, op, *, d=100, rows=64, dtype="float32", family="mea
 
 
 def measure_statistics(runner) -> dict:
-    return {f"{op} | float32 | mean 6e4, sd 8 | {d}": implied_variance(runner, op, d=d)
+    return {f"{op} | float32 | mean_6e4 | {d}": implied_variance(runner, op, d=d)
             for op in runner.ops if op != "rms_norm" for d in (100, 768)}
 
 

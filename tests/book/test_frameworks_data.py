@@ -41,7 +41,7 @@ def test_every_file_has_the_full_grid_and_its_provenance(fw):
     assert len(pairs) + len(d["unsupported"]) == len(ops) * len(FW.DTYPES)
     assert len(d["results"]) == len(pairs) * families * len(FW.DS) * len(FW.EPS_VALUES)
     for r in d["results"]:
-        rows = 1 if r["family"].startswith("hand: ") else max(FW.ELEMENTS // r["d"], 1)
+        rows = 1 if lneps.families.get(r["family"]).kind == "hand" else max(FW.ELEMENTS // r["d"], 1)
         assert r["n"] == rows * r["d"]
 
 
@@ -106,14 +106,15 @@ def P_ulp(x):
 def test_measurement_rows_are_reproducible_and_in_format():
     a = FW.measurement_rows("bfloat16", 100)
     b = FW.measurement_rows("bfloat16", 100)
-    assert list(a) == list(lneps.book.precision.FAMILIES) + [f"hand: {n}" for n in FW.HAND_ROWS]
-    assert all(np.array_equal(a[k], b[k]) for k in a) and a["N(0,1)"].dtype == BF16
-    assert a["N(0,1)"].shape == (FW.ELEMENTS // 100, 100)
+    assert list(a) == list(lneps.book.precision.FAMILIES) + list(FW.HAND_ROWS)
+    assert list(FW.HAND_ROWS) == list(lneps.families.names("hand"))  # one registry of names
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a["normal"].dtype == BF16
+    assert a["normal"].shape == (FW.ELEMENTS // 100, 100)
     # the same draws in every format: the float16 rows are within one float16 ulp of the float32 ones
-    r32, r16 = FW.measurement_rows("float32", 8)["sd 300"], FW.measurement_rows("float16", 8)["sd 300"]
+    r32, r16 = FW.measurement_rows("float32", 8)["sd_300"], FW.measurement_rows("float16", 8)["sd_300"]
     gap = np.abs(r32.astype(np.float64) - r16.astype(np.float64))
     assert np.all(gap <= lneps.book.precision.ulp(r32, F16)) and not np.array_equal(r32, r16.astype(F32))
-    assert np.all(FW.hand_row("65504 and 65472", 5) == [65504, 65472, 65504, 65472, 65504])
+    assert np.all(FW.hand_row("65504_and_65472", 5) == [65504, 65472, 65504, 65472, 65504])
     with pytest.raises(ValueError, match="name must be one of"):
         FW.hand_row("constant 7", 4)
 
@@ -133,26 +134,26 @@ def test_compare_finds_a_moved_row():
 
 
 def test_torch_fp16_constant_60000_is_the_fma_residue():
-    p = DATA["torch"]["probes"]["layer_norm | float16 | constant 60000 | 1e-12"]
+    p = DATA["torch"]["probes"]["layer_norm | float16 | constant_60000 | 1e-12"]
     assert p["output"] == [-2048.0] * 8 and p["reference"] == [0.0] * 8
     rstd = F32(1) / np.sqrt(F32(1e-12))
     fma = F32(np.float64(F32(60000)) * np.float64(rstd) - np.float64(rstd * F32(60000)))
     assert p["output"][0] == float(fma)
-    p5 = DATA["torch"]["probes"]["layer_norm | float16 | constant 60000 | 1e-05"]
+    p5 = DATA["torch"]["probes"]["layer_norm | float16 | constant_60000 | 1e-05"]
     rstd5 = F32(1) / np.sqrt(F32(1e-5))
     assert p5["output"][0] == float(F16(np.float64(F32(60000)) * np.float64(rstd5) - np.float64(rstd5 * F32(60000))))
 
 
 def test_first_measurement_claims():
     t = DATA["torch"]
-    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
+    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean_6e4")
     assert 0.85 < 1 - fam["share_correct"] < 0.95
     assert FW.aggregate(t, op="layer_norm", dtype="float16")["worst_abs"] == 2048.0
-    assert FW.aggregate(t, op="layer_norm", dtype="bfloat16", family="mean 6e4, sd 8")["worst_abs"] == 0.875
-    f32 = FW.aggregate(t, op="layer_norm", dtype="float32", family="mean 1000, sd 1")
+    assert FW.aggregate(t, op="layer_norm", dtype="bfloat16", family="mean_6e4")["worst_abs"] == 0.875
+    f32 = FW.aggregate(t, op="layer_norm", dtype="float32", family="mean_1000")
     assert 1 - f32["share_correct"] > 0.999
-    assert 1 - FW.aggregate(t, op="layer_norm", dtype="float32", family="N(0,1)")["share_correct"] < 0.6
-    ref16 = FW.aggregate(DATA["onnx_reference"], op="layer_norm", dtype="float16", family="mean 1000, sd 1")
+    assert 1 - FW.aggregate(t, op="layer_norm", dtype="float32", family="normal")["share_correct"] < 0.6
+    ref16 = FW.aggregate(DATA["onnx_reference"], op="layer_norm", dtype="float16", family="mean_1000")
     assert ref16["nan"] > ref16["n"] / 2
     ort = DATA["onnxruntime"]
     assert FW.aggregate(ort, op="layer_norm", dtype="float16", family="stress")["worst_ulp"] < 676
@@ -193,7 +194,7 @@ def test_chapter_numbers_match_the_data():
     assert g["rms_none_float16"] == "finfo(float32).eps"
     assert g["ref16_nan"] == sum(a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values())
     a = glued("measurement_tables.ipynb")
-    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean 6e4, sd 8")
+    fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean_6e4")
     assert a["t16_6e4_wrong"] == pytest.approx(1 - fam["correct"] / fam["n"])
     assert a["tb_abs"] == 0.875 and a["ref16_nan"] == g["ref16_nan"]
 
@@ -242,7 +243,7 @@ def test_worst_scaled_is_lneps_testing_scaled_error():
                 continue
             x = np.array([p["input"]]).astype(FW._dtype(p["dtype"]))
             y = np.array([p["output"]]).astype(x.dtype)
-            row = FW.find(d, op=p["op"], dtype=p["dtype"], family=f"hand: {p['row']}", d=8, eps=p["eps"])
+            row = FW.find(d, op=p["op"], dtype=p["dtype"], family=p["row"], d=8, eps=p["eps"])
             op = "rms_norm" if p["op"] == "rms_norm" else "layer_norm"
             assert len(row) == 1, key
             assert row[0]["worst_scaled"] == lneps.testing.compare(y, x=x, op=op, eps=p["eps"]).max_ulp_scaled, (fw, key)
@@ -278,7 +279,7 @@ def test_the_measuring_tool_writes_the_files_the_book_reads():
 
 # --- spread.json: how far each count moves across arithmetic profiles --------------------------
 
-ISSUE_ROW = ("layer_norm", "float32", "N(0,1)", 768, 1e-12)  # the row CI failed on, on an AVX2 machine
+ISSUE_ROW = ("layer_norm", "float32", "normal", 768, 1e-12)  # the row CI failed on, on an AVX2 machine
 FLAX_OPS = ("layer_norm", "layer_norm_two_pass", "rms_norm")
 
 

@@ -206,10 +206,10 @@ def test_remeasure_eps_handling_and_probes():
     probes = tool.measure_probes(runner)
     assert probes.keys() == stored["probes"].keys()
     scalar = runner.versions()["cpu_capability"] == "DEFAULT"
-    residue = probes["layer_norm | float16 | constant 60000 | 1e-12"]["output"]
+    residue = probes["layer_norm | float16 | constant_60000 | 1e-12"]["output"]
     assert residue == ([0.0] * 8 if scalar else [-2048.0] * 8)
     for k, p in probes.items():
-        if scalar and p["op"] == "layer_norm" and p["row"] == "constant 60000":
+        if scalar and p["op"] == "layer_norm" and p["row"] == "constant_60000":
             assert p["output"] in (stored["probes"][k]["output"], p["reference"]), k
         else:
             assert p["output"] == stored["probes"][k]["output"], k

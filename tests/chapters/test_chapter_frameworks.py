@@ -29,15 +29,15 @@ def test_onnx_reference_nan_at_mean_1000_is_the_overflowing_sum():
     """The NaN share is the mean-1000 rows' own, every row at d >= 100 and none at d = 8, because
     the float16 sum of 66 entries near 1000 passes 65504 while the centred entries are about 1."""
     ref = DATA["onnx_reference"]
-    fam = FW.aggregate(ref, op="layer_norm", dtype="float16", family="mean 1000, sd 1")
+    fam = FW.aggregate(ref, op="layer_norm", dtype="float16", family="mean_1000")
     assert G["ref16_nan_1000"] == fam["nan"] / fam["n"]
     pooled = FW.aggregate(ref, op="layer_norm", dtype="float16")
     assert abs(G["ref16_nan_1000"] - pooled["nan"] / pooled["n"]) > 0.3   # not the pooled share
     for d in FW.DS:
-        a = FW.aggregate(ref, op="layer_norm", dtype="float16", family="mean 1000, sd 1", d=d)
+        a = FW.aggregate(ref, op="layer_norm", dtype="float16", family="mean_1000", d=d)
         assert a["nan"] == (0 if d < G["n_overflow"] else a["n"]), d
     assert G["n_overflow"] == 66 and G["f16_max"] == float(np.finfo(F16).max)
-    rows = FW.measurement_rows("float16", 100)["mean 1000, sd 1"]
+    rows = FW.measurement_rows("float16", 100)["mean_1000"]
     with np.errstate(over="ignore"):
         sums = np.cumsum(rows, axis=1, dtype=F16)
     assert np.isfinite(sums[:, 64]).all() and np.isinf(sums[:, 65]).all()
@@ -47,7 +47,7 @@ def test_onnx_reference_nan_at_mean_1000_is_the_overflowing_sum():
 
 def test_constant_row_shares_are_given_per_row_length():
     for d in (8, 100, 768):
-        r = FW.measurement_rows("float16", d)["mean 6e4, sd 8"]
+        r = FW.measurement_rows("float16", d)["mean_6e4"]
         assert G[f"t16_const_{d}"] == float(np.mean(np.all(r == r[:, :1], axis=1)))
     assert G["t16_const_8"] > 0.6 and G["t16_const_100"] < 0.02
 
@@ -84,7 +84,7 @@ def test_numbers_typed_into_the_prose_and_exercises():
     assert float(P.ulp(1e9, np.float32)) == 64                     # exercise 1: 1000 * 10**6
     # exercise 2: the careful float32 kernel on rows shifted by 1000
     F32 = np.float32
-    x = FW.measurement_rows("float32", 768)["N(0,1)"][:8] + F32(1000)
+    x = FW.measurement_rows("float32", 768)["normal"][:8] + F32(1000)
     mu = np.mean(x, axis=1, keepdims=True)
     var = np.mean((x - mu) ** 2, axis=1, keepdims=True)
     y = (x - mu) / np.sqrt(var + F32(1e-5))

@@ -85,7 +85,7 @@ def test_every_variance_method_is_right_in_float64(method):
 
 
 def test_one_pass_float32_variance_goes_negative_at_a_large_mean():
-    rows = survey.family_rows("mean 6e4, sd 8", np.random.default_rng(7), 512, 512, F16)
+    rows = survey.family_rows("mean_6e4", np.random.default_rng(7), 512, 512, F16)
     _, one = rounded.mean_and_variance(rows, dtype=F32, method="one-pass")
     _, two = rounded.mean_and_variance(rows, dtype=F32, method="two-pass")
     _, exact = rounded.mean_and_variance(rows, dtype=F64)

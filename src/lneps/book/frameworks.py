@@ -4,9 +4,10 @@ loaders of the measurements stored in ``src/lneps/book/data/frameworks/`` (insta
 
 This module never imports a framework. ``tools/measure_frameworks.py`` runs PyTorch, Flax,
 ONNX Runtime and ONNX's reference evaluator on :func:`measurement_rows` and stores, for every
-(operation, dtype, family, d, eps), the :func:`error_summary` of its output against the
-package's default path (:func:`lneps.layer_norm` / :func:`lneps.rms_norm`, the format's value
-nearest to the exact result). The book and the tests read those files with :func:`load`.
+(operation, dtype, family, d, eps), each family named as in :mod:`lneps.families`, the
+:func:`error_summary` of its output against the package's default path
+(:func:`lneps.layer_norm` / :func:`lneps.rms_norm`, the format's value nearest to the exact
+result). The book and the tests read those files with :func:`load`.
 
 Error summary
     ``correct``: outputs equal to the reference (correctly rounded). Elements whose reference is
@@ -37,6 +38,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from .. import families as registry
 from .._checks import check_float_dtype
 from ..ulp import ulp as lneps_ulp
 from .precision import FAMILIES, family_rows, ulp_error
@@ -77,15 +79,8 @@ EPS_VALUES = (1e-5, 1e-6, 1e-12)
 ELEMENTS = 32768  # per family and d: ELEMENTS // d rows
 SEED = 20261201
 
-# Hand-made rows, one of each per d: name -> how to fill a row of d numbers.
-HAND_ROWS = {
-    "zeros": "every element 0",
-    "constant 0.5": "every element 0.5",
-    "constant 1000": "every element 1000",
-    "constant 60000": "every element 60000",
-    "+-65504": "alternating 65504 and -65504, the largest float16",
-    "65504 and 65472": "alternating 65504 and 65472, the two largest float16",
-}
+# The hand-made rows of lneps.families, one of each per d: name -> how to fill a row of d numbers.
+HAND_ROWS = {name: registry.FAMILIES[name].description for name in registry.names("hand")}
 
 _SUMMARY_KEYS = {
     "n": int, "correct": int, "within_1ulp": int, "worst_ulp": float, "worst_abs": float,
@@ -102,23 +97,26 @@ def _dtype(name: str) -> np.dtype:
 
 
 def hand_row(name: str, d: int) -> np.ndarray:
-    """One hand-made row of ``d`` float64 numbers (:data:`HAND_ROWS`)."""
+    """One hand-made row of ``d`` float64 numbers (:data:`HAND_ROWS`; :mod:`lneps.families`)."""
     if name not in HAND_ROWS:
         raise ValueError(f"name must be one of {list(HAND_ROWS)}; got {name!r}")
-    if name == "zeros":
-        return np.zeros(d)
-    if name.startswith("constant "):
-        return np.full(d, float(name.split()[1]))
-    pair = (65504.0, -65504.0) if name == "+-65504" else (65504.0, 65472.0)
-    return np.resize(np.array(pair), d)
+    return registry.draw(name, 0, d).x[0]
+
+
+def _kind(family: str) -> str | None:
+    """The kind of a stored row's family (:data:`lneps.families.KINDS`), None if unknown."""
+    entry = registry.FAMILIES.get(family)
+    return entry.kind if entry else None
 
 
 def measurement_rows(dtype: str, d: int) -> dict[str, np.ndarray]:
-    """The inputs of one (dtype, d): ``{family: rows}``, stored in ``dtype``.
+    """The inputs of one (dtype, d): ``{family: rows}``, stored in ``dtype``, every family named
+    as in :mod:`lneps.families`.
 
     Each stress family of :data:`lneps.book.precision.FAMILIES` gets ``ELEMENTS // d`` rows (at
-    least 1), drawn from a generator seeded by (SEED, family, d), so every dtype sees the same
-    draws rounded to its format; each hand-made row gets one row, under ``"hand: <name>"``.
+    least 1), drawn from a generator seeded by (SEED, k, d), k its position there, so every
+    dtype sees the same draws rounded to its format; each hand-made row (:data:`HAND_ROWS`)
+    gets one row.
     """
     dt = _dtype(dtype)
     out = {}
@@ -126,7 +124,7 @@ def measurement_rows(dtype: str, d: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([SEED, k, d])
         out[family] = family_rows(family, rng, max(ELEMENTS // d, 1), d, np.float64).astype(dt)
     for name in HAND_ROWS:
-        out[f"hand: {name}"] = hand_row(name, d)[None, :].astype(dt)
+        out[name] = hand_row(name, d)[None, :].astype(dt)
     return out
 
 
@@ -293,15 +291,16 @@ def _merge(rows: list[dict]) -> dict:
 
 def find(data: dict, **where) -> list[dict]:
     """The result rows whose fields equal ``where`` (e.g. ``op="layer_norm", dtype="float16"``);
-    ``family="stress"`` selects the stress families, ``family="hand"`` the hand-made rows."""
+    ``family="stress"`` selects the stress families, ``family="hand"`` the hand-made rows (the
+    families of that kind in :mod:`lneps.families`)."""
     rows = []
     for r in data["results"]:
         ok = True
         for k, v in where.items():
             if k == "family" and v == "stress":
-                ok &= not r["family"].startswith("hand: ")
+                ok &= _kind(r["family"]) != "hand"
             elif k == "family" and v == "hand":
-                ok &= r["family"].startswith("hand: ")
+                ok &= _kind(r["family"]) == "hand"
             else:
                 ok &= r[k] == v
         if ok:

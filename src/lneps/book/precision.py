@@ -5,7 +5,8 @@ The work is done in one module per idea, re-exported here:
 * :mod:`lneps.formats`: the formats, and which epsilon survives them;
 * :mod:`lneps.naive`: arithmetic with every operation rounded to a format;
 * :mod:`lneps.ulp`: the error of a result in units in the last place;
-* :mod:`lneps.book.survey`: the stress families and worst-error surveys;
+* :mod:`lneps.book.survey`: the stress families surveyed (``FAMILIES``, names of
+  :mod:`lneps.families`, the one registry of input families) and worst-error surveys;
 * :mod:`lneps.oracle`: the exact reference;
 * :mod:`lneps.book.report`: the text tables that print them.
 """

@@ -1,6 +1,7 @@
 r"""The families of rows that break low-precision layer norms, and surveys of their errors.
 
-A survey draws rows from each family at each row length d, stores them in a format, and
+The families are :mod:`lneps.families`'s (:data:`FAMILIES` names the ones surveyed). A survey
+draws rows from each family at each row length d, stores them in a format, and
 measures every method's error in ulp (:mod:`lneps.ulp`) against the exact oracle
 (:mod:`lneps.oracle`) with :func:`oracle_survey`: the error against the exact real value, whether each output is the
 correctly rounded one, and the elements whose exact value is 0, counted apart (their ulp is
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import families as registry
 from .._checks import check_float_dtype, check_positive_int
 from ..ulp import ulp
 
@@ -28,32 +30,22 @@ __all__ = [
 ]
 
 
-# name: (mean, standard deviation); "constant" rows repeat one N(0, 10) draw across the row.
-FAMILIES = {
-    "N(0,1)": (0.0, 1.0),
-    "mean 1000, sd 1": (1000.0, 1.0),
-    "mean 6e4, sd 8": (6e4, 8.0),
-    "sd 300": (0.0, 300.0),
-    "sd 1e-3": (0.0, 1e-3),
-    "sd 1e-4": (0.0, 1e-4),
-    "constant": (0.0, 10.0),
-}
+#: The families the surveys draw, in this order (names of :data:`lneps.families.FAMILIES`):
+#: N(0, 1), five normal distributions that break low-precision layers, and constant rows. The
+#: frameworks' measurement seeds each by its position here
+#: (:func:`lneps.book.frameworks.measurement_rows`).
+FAMILIES = ("normal", "mean_1000", "mean_6e4", "sd_300", "sd_1e-3", "sd_1e-4", "constant")
+
 
 def family_rows(name: str, rng: np.random.Generator, n: int, d: int, dtype) -> np.ndarray:
-    """``n`` rows of ``d`` numbers from family ``name`` (:data:`FAMILIES`), stored in ``dtype``.
+    """``n`` rows of ``d`` numbers from family ``name`` of :data:`lneps.families.FAMILIES` (the
+    surveys draw :data:`FAMILIES`), stored in ``dtype``: :func:`lneps.families.draw`'s ``x``.
 
     ``rng`` must be a ``np.random.Generator``; ``n`` and ``d`` integers >= 1."""
-    if name not in FAMILIES:
-        raise ValueError(f"name must be one of {list(FAMILIES)}; got {name!r}")
+    family = registry.get(name)
     _check_rng(rng)
     n, d = check_positive_int(n, "n"), check_positive_int(d, "d")
-    dt = check_float_dtype(dtype)
-    mean, sd = FAMILIES[name]
-    if name == "constant":
-        x = np.repeat(rng.normal(mean, sd, size=(n, 1)), d, axis=1)
-    else:
-        x = rng.normal(mean, sd, size=(n, d))
-    return x.astype(dt)
+    return family.draw(rng, d, n, check_float_dtype(dtype)).x
 
 def _check_rng(rng) -> None:
     if not isinstance(rng, np.random.Generator):
@@ -134,13 +126,13 @@ def combine(survey: dict, method: str, family: str | None = None) -> Accuracy:
 def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", families=tuple(FAMILIES),
                   elements: int = 8192, counts: dict | None = None) -> dict:
     """Every method's :class:`Accuracy` on each family at each row length d, against the exact
-    oracle (:func:`lneps.oracle.layer_norm` or, with ``kind="rms"``, ``rms_norm``).
+    oracle (:func:`lneps.oracle.layer_norm_rounded` or, with ``kind="rms"``, ``rms_norm_rounded``).
 
     For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
     ``dtype``); ``methods[name](x)`` must return the normalized rows. Returns
     ``{(name, family, d): Accuracy}``, with ``beyond`` counted against
     :func:`lneps.testing.two_pass_bound` for layer norm in 16- and 32-bit formats. ``counts`` (a dict), if given, accumulates
-    ``elements`` and ``settled``: how many the oracle had to decide in exact arithmetic.
+    ``elements`` and ``exact``: how many the oracle had to decide in exact arithmetic.
     """
     from .. import oracle  # the oracle is slow to import for nothing else
     from .. import testing
@@ -153,16 +145,16 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
     _check_rng(rng)
     ds = [check_positive_int(d, "each d in ds") for d in ds]
     value_of = oracle.layer_norm_value if kind == "layer" else oracle.rms_norm_value
-    rounded_of = oracle.layer_norm if kind == "layer" else oracle.rms_norm
+    rounded_of = oracle.layer_norm_rounded if kind == "layer" else oracle.rms_norm_rounded
     out = {}
     for family in families:
         for d in ds:
             x = family_rows(family, rng, max(check_positive_int(elements, "elements") // d, 1), d, dt)
             value, bound = value_of(x, eps=eps)
-            rounded, settled = rounded_of(x, eps=eps, dtype=dt, return_settled=True)
+            rounded, exact = rounded_of(x, eps=eps, dtype=dt, return_exact_count=True)
             if counts is not None:
                 counts["elements"] = counts.get("elements", 0) + x.size
-                counts["settled"] = counts.get("settled", 0) + settled
+                counts["exact"] = counts.get("exact", 0) + exact
             # what a correct two-pass float32 kernel can reach, element by element (layer norm)
             limit = testing.two_pass_bound(x, eps=eps) if kind == "layer" and dt.itemsize < 8 else None
             for name, method in methods.items():
