@@ -3,7 +3,7 @@ kernel onto one of its tiers, so that every tier is judged on the same inputs.""
 
 import numpy as np
 
-from lneps.kernel import double_double as kernel_dd, float64 as kernel_float64, settle as kernel_settle
+from lneps.kernel import double_double as kernel_dd, float64 as kernel_float64, undecided as kernel_undecided
 from lneps.kernel import triple as kernel_triple, with_stats as kernel_with_stats
 
 F64 = np.float64
@@ -29,7 +29,8 @@ def _force(monkeypatch, tier):
 
         monkeypatch.setattr(kernel_float64, "_kinds", unproven)
     if tier in ("no-vectorized-exact", "triple", "fractions"):
-        monkeypatch.setattr(kernel_settle, "settle", lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
+        monkeypatch.setattr(kernel_undecided, "round_where_exact",
+                            lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
         monkeypatch.setattr(kernel_with_stats, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
     if tier in ("triple", "fractions"):
         finish = kernel_dd.finish_values
@@ -38,7 +39,7 @@ def _force(monkeypatch, tier):
             y, flags = finish(*args)
             return y, np.ones_like(flags)
 
-        for module in (kernel_settle, kernel_dd):  # tier B on rows and on elements, normalize_with's
+        for module in (kernel_undecided, kernel_dd):  # tier B on rows and on elements, normalize_with's
             monkeypatch.setattr(module, "finish_values", undecided)
     if tier == "fractions":
         values = kernel_triple.TripleRows.values

@@ -7,8 +7,8 @@ subnormal and largest number. Every module asks it (the kernel, the testing tool
 only the exact oracle keeps its own reading, so that the judge shares nothing with what it
 judges. Every figure is read from ``ml_dtypes.finfo``, which answers for NumPy's formats and
 for ``ml_dtypes.bfloat16`` alike (``np.finfo`` rejects bfloat16); a test holds them to IEEE
-754's table. The ulp is :func:`lneps.ulp.ulp`; rounding a float64 value once is
-:func:`round_to`.
+754's table. The ulp is :func:`lneps.ulp.ulp`; rounding a float64 value once to a format is
+:func:`round_to` (:func:`to_format` without the checks, for the kernel and the testing tool).
 """
 
 from __future__ import annotations
@@ -103,17 +103,63 @@ def _finfo(dtype):
     # ml_dtypes.finfo also answers for NumPy's own formats; np.finfo rejects bfloat16.
     return ml_dtypes.finfo(check_float_dtype(dtype))
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def to_format(y: np.ndarray, dtype) -> np.ndarray:
+    """float64 ``y`` rounded once to ``dtype`` (float16, bfloat16 or float32), ties to even.
+
+    NumPy's float64 to float16 and float32 conversions already are round to nearest, ties to
+    even; ``ml_dtypes`` converts float64 to bfloat16 through float32, rounding twice, which
+    this repairs: the only double-rounding cases are those where the float32 value lands
+    exactly on a bfloat16 midpoint, and there one float32 step toward the float64 value
+    decides the side. No checks (the kernel's hot path): :func:`round_to` checks its
+    arguments."""
+    dt = np.dtype(dtype)
+    if dt == np.float16:
+        return _to_float16(y)
+    if dt != _BF16:
+        with np.errstate(over="ignore"):
+            return y.astype(dt)
+    with np.errstate(over="ignore"):
+        r32 = y.astype(np.float32)
+    tie = (r32.view(np.uint32) & 0xFFFF) == 0x8000  # exactly between two bfloat16 numbers
+    if tie.any():
+        idx = np.nonzero(tie)
+        exact, rounded = y[idx], r32[idx]
+        toward = np.where(exact > rounded, np.float32(np.inf), np.float32(-np.inf))
+        r32[idx] = np.where(exact == rounded, rounded, np.nextafter(rounded, toward))
+    return r32.astype(_BF16)
+
+
+def _to_float16(y):
+    """NumPy's conversion, except below float16's smallest normal number 2^-14, where NumPy
+    takes about 60 ns an element: there the numbers are k 2^-24, so rint(y 2^24) (ties to
+    even) is k, and k with y's sign bit is the float16 bit pattern (k = 1024 is 2^-14's)."""
+    if not isinstance(y, np.ndarray):  # a scalar stays a scalar, as astype keeps it
+        return _to_float16(np.array(y, dtype=np.float64))[()]
+    y = y.astype(np.float64, copy=False)
+    tiny = np.abs(y) < 2.0**-14
+    if not tiny.any():
+        with np.errstate(over="ignore"):
+            return y.astype(np.float16)
+    with np.errstate(over="ignore"):
+        out = np.where(tiny, 0.0, y).astype(np.float16)
+    small = y[tiny]
+    k = np.abs(np.rint(small * 2.0**24)).astype(np.uint16)
+    out.view(np.uint16)[tiny] = k | np.where(np.signbit(small), np.uint16(0x8000), np.uint16(0))
+    return out
+
+
 def round_to(y, dtype) -> np.ndarray:
     """float64 values ``y`` rounded once to ``dtype`` (float16, bfloat16 or float32), to
     nearest, ties to even: NumPy's conversion, except that float64 to bfloat16 (which
     ``ml_dtypes`` does through float32, rounding twice) is repaired where the two roundings
-    disagree (:func:`lneps.kernel.rounding.to_format`).
+    disagree (:func:`to_format`, with the arguments checked).
 
     >>> round_to(np.array([1 + 2.0**-8, 1 + 2.0**-8 + 2.0**-30]), ml_dtypes.bfloat16)  # a tie; above it
     array([1, 1.00781], dtype=bfloat16)
     """
-    from .kernel.rounding import to_format
-
     return to_format(np.asarray(y, dtype=np.float64), check_float_dtype(dtype))
 
 

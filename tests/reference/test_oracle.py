@@ -156,8 +156,9 @@ def test_the_vectorized_oracle_equals_the_elementwise_one(dt):
                         rng.normal(0, 1e-3, size=(3, 13)), np.full((1, 13), 7.0)]).astype(dt)
     g, b = rng.normal(1, 0.3, 13), rng.normal(0, 0.3, 13)
     for kw in ({}, {"gamma": g}, {"gamma": g, "beta": b}):
-        np.testing.assert_array_equal(oracle.layer_norm(x, eps=1e-5, **kw), oracle.layer_norm_exact(x, eps=1e-5, **kw))
-    np.testing.assert_array_equal(oracle.rms_norm(x, g, eps=1e-6), oracle.rms_norm_exact(x, g, eps=1e-6))
+        np.testing.assert_array_equal(oracle.layer_norm_rounded(x, eps=1e-5, **kw),
+                                      oracle.layer_norm_exact(x, eps=1e-5, **kw))
+    np.testing.assert_array_equal(oracle.rms_norm_rounded(x, g, eps=1e-6), oracle.rms_norm_exact(x, g, eps=1e-6))
 
 
 def test_value_bounds_hold_against_100_digits():
@@ -178,16 +179,16 @@ def test_value_bounds_hold_against_100_digits():
 
 def test_constant_rows_and_eps_zero():
     x = np.full((2, 5), 3.0, dtype=F16)
-    assert np.all(oracle.layer_norm(x, eps=1e-5) == 0)
-    assert np.all(np.isnan(oracle.layer_norm(x, eps=0.0)))
-    assert np.all(oracle.layer_norm(x, beta=0.25, eps=1e-5) == 0.25)
+    assert np.all(oracle.layer_norm_rounded(x, eps=1e-5) == 0)
+    assert np.all(np.isnan(oracle.layer_norm_rounded(x, eps=0.0)))
+    assert np.all(oracle.layer_norm_rounded(x, beta=0.25, eps=1e-5) == 0.25)
 
 
 def test_bad_input():
     with pytest.raises(ValueError, match="finite"):
-        oracle.layer_norm(np.array([1.0, np.nan]), eps=1e-5)
+        oracle.layer_norm_rounded(np.array([1.0, np.nan]), eps=1e-5)
     with pytest.raises(ValueError, match="broadcast"):
-        oracle.layer_norm(np.ones((2, 3)), gamma=np.ones(4), eps=1e-5)
+        oracle.layer_norm_rounded(np.ones((2, 3)), gamma=np.ones(4), eps=1e-5)
     with pytest.raises(ValueError, match="s must be"):
         oracle.round_quotient(1, -1, 0, FMT["f16"])
 
@@ -197,7 +198,7 @@ def test_bad_input():
        st.floats(0, 1, allow_subnormal=False))
 def test_hypothesis_both_ways_in_agree(values, eps):
     x = np.array(values, dtype=F16)
-    np.testing.assert_array_equal(oracle.layer_norm(x, eps=eps), oracle.layer_norm_exact(x, eps=eps))
+    np.testing.assert_array_equal(oracle.layer_norm_rounded(x, eps=eps), oracle.layer_norm_exact(x, eps=eps))
 
 
 def test_round_quotient_gives_an_exact_zero_plus_and_a_rounded_one_its_sign():

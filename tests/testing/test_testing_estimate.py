@@ -1,6 +1,6 @@
 """assert_close grades large outputs against the kernel's float64 estimate rather than the
-correctly rounded float64 value (lneps.testing.compare._estimated), and computes the derived
-bound only on the rows a floor cannot clear (lneps.testing.bounds.bound_floor). Both are
+correctly rounded float64 value (lneps.testing.estimated_errors._estimated), and computes the derived
+bound only on the rows a floor cannot clear (lneps.testing.bound_floor.bound_floor). Both are
 shortcuts: these tests hold them to deciding exactly what the exact path decides.
 
 * the kernel's estimate lies within its stated distance of the exact value (judged by the
@@ -20,7 +20,9 @@ import lneps.oracle as oracle
 import lneps.testing as lt
 import lneps.testing.assertions as A
 from lneps.book import kernel_zoo as kz
-from lneps.testing.bounds import KERNEL_CLASSES, bound_floor, forward_bound
+from lneps.testing.bound_floor import bound_floor
+from lneps.testing.forward_error import forward_bound
+from lneps.testing.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FORMATS = (np.float16, BF16, np.float32)

@@ -143,7 +143,7 @@ def _fraction(v) -> Fraction:
     return Fraction(-man if sign else man) * Fraction(2) ** e
 
 
-def _settle(value_at, x: float, dt: np.dtype) -> float:
+def _round_by_mpmath(value_at, x: float, dt: np.dtype) -> float:
     """``value_at(x)`` (an mpmath function) correctly rounded to ``dt``: evaluated at 64, 128,
     ... bits, each time as an interval of a relative width of 2^-(bits - 8), until both ends
     round to the same number. mpmath's functions are accurate to a few ulp at their working
@@ -184,7 +184,7 @@ def _elementwise(x, dt, approx_fn, rel, exact_fn, *, positive: bool, limits):
     out[undecided] = to_format(approx[undecided], dt)
     undecided &= finite
     for idx in zip(*np.nonzero(undecided)):
-        out[idx] = _settle(exact_fn, float(x64[idx]), dt)
+        out[idx] = _round_by_mpmath(exact_fn, float(x64[idx]), dt)
     below, above = limits
     out[x64 == -np.inf] = below
     out[x64 == np.inf] = above

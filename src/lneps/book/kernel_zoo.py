@@ -1,7 +1,7 @@
 r"""A zoo of layer-norm and RMS-norm kernels, correct and defective, each a few lines of NumPy,
 and :func:`grade`, which grades every one of them against lneps's exact answer with the two
 checks of :mod:`lneps.testing`: the derived per-element bound
-(:func:`lneps.testing.bounds.forward_bound`) and the test across rows for a systematic scale
+(:func:`lneps.testing.forward_bound`) and the test across rows for a systematic scale
 error (:func:`lneps.testing.systematic.scale_bias`). The chapter "Testing a kernel against the
 exact answer" publishes the table.
 
@@ -26,7 +26,7 @@ import numpy as np
 
 import lneps
 from lneps import testing as lt
-from lneps.testing.bounds import forward_bound
+from lneps.testing.forward_error import forward_bound
 from lneps.testing.systematic import ScaleTest
 from lneps.ulp import ulp
 

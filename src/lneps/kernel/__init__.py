@@ -28,7 +28,7 @@ C. exact (:mod:`lneps.kernel.exact`). An element still undecided lies on or with
    error-free float64 operations, vectorized; what remains (rare) by rational arithmetic,
    rounded exactly by the kernel's own :func:`lneps.kernel.surd.round_surd` (the kernel
    never imports :mod:`lneps.oracle`, which judges it).
-   :mod:`lneps.kernel.settle` gathers the undecided elements of all blocks and takes them
+   :mod:`lneps.kernel.undecided` gathers the undecided elements of all blocks and takes them
    through these tiers.
 
 So the result is the output format's nearest number to the exact value, ties to even, for

@@ -10,7 +10,7 @@ from . import error_free as dd, float64
 from .double_double import DDRows, extreme, finish_rows
 from .plain import _plain
 from .rounding import FAST_FORMATS, near_boundary, to_format
-from .settle import Settler
+from .undecided import UndecidedElements
 
 __all__ = ["normalize", "estimate_error", "BLOCK_ELEMENTS"]
 
@@ -60,13 +60,13 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
     else:
         step, chunks = 1, [(c, min(d, c + BLOCK_ELEMENTS)) for c in range(0, d, BLOCK_ELEMENTS)]
     exact_sum = (lambda xr: float64._kinds(xr, chunks)[0]) if x2d.dtype in FAST_FORMATS else None
-    settler = Settler(x2d, y, chunks, kind, eps, g, b, counts, BLOCK_ELEMENTS, exact_sum)
+    undecided = UndecidedElements(x2d, y, chunks, kind, eps, g, b, counts, BLOCK_ELEMENTS, exact_sum)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        block = _Block(x2d[r0:r1], r0, chunks, kind, eps, g.rows(r0, r1), b.rows(r0, r1), counts, settler)
+        block = _Block(x2d[r0:r1], r0, chunks, kind, eps, g.rows(r0, r1), b.rows(r0, r1), counts, undecided)
         block.est = None if estimate is None else estimate[r0:r1]
         block.run(y[r0:r1], None if mean is None else mean[r0:r1], rstd[r0:r1])
-    settler.flush()
+    undecided.flush()
     return y, mean, rstd
 
 
@@ -112,9 +112,9 @@ class _Param:
 class _Block:
     """Rows ``xin`` (at most BLOCK_ELEMENTS elements, or one long row) through the tiers."""
 
-    def __init__(self, xin, r0, chunks, kind, eps, g, b, counts, settler):
+    def __init__(self, xin, r0, chunks, kind, eps, g, b, counts, undecided):
         self.xin, self.r0, self.chunks, self.kind, self.eps = xin, r0, chunks, kind, eps
-        self.g, self.b, self.counts, self.settler = g, b, counts, settler
+        self.g, self.b, self.counts, self.undecided = g, b, counts, undecided
         self.dt = xin.dtype
         self.fast = self.dt in FAST_FORMATS
         self.single = len(chunks) == 1
@@ -236,7 +236,7 @@ class _Block:
                 i = i + A.start
             elif A is not None:
                 i = A[i]
-            self.settler.add(i + self.r0, j + c0, stage)
+            self.undecided.add(i + self.r0, j + c0, stage)
 
     def _defined(self, A, c0, c1, shape):
         """Where gain and bias are finite: elsewhere the arithmetic's NaN or inf stands."""

@@ -1,5 +1,5 @@
 r"""The kernel's exact tier: exact ties and exact cancellation settled in vectorized float64
-arithmetic, and the rare rest in rational arithmetic (:mod:`lneps.kernel.settle` takes the
+arithmetic, and the rare rest in rational arithmetic (:mod:`lneps.kernel.undecided` takes the
 elements the float64 and double-double tiers leave undecided through it).
 
 An element the float64 and double-double tiers cannot decide has its exact value within a
@@ -22,7 +22,7 @@ float64 number. Such rows are recognized, and settled with error-free float64 op
 3. *An exact square root*. :math:`s = T/d + d^2\varepsilon` (RMS: :math:`T/d + \varepsilon`) is
    tried as the square of a float64 σ: the candidates next to :math:`\sqrt{\hat s}` are checked
    by the exact sign of :math:`d\sigma^2 - T - d^3\varepsilon` (:func:`lneps.kernel.error_free.expansion_sign`).
-4. *Exact quotients and rounding* (:func:`settle`, :func:`exact_affine`). For an element,
+4. *Exact quotients and rounding* (:func:`round_where_exact`, :func:`exact_affine`). For an element,
    :math:`q = \mathrm{fl}(t/\sigma)` is u exactly when :math:`q\sigma = t` exactly
    (:func:`lneps.kernel.error_free.two_prod`); then :math:`y = \gamma q + \beta` is an exact sum of at most
    three floats, rounded exactly by :func:`lneps.kernel.rounding.round_pair` (a tie goes to even, an
@@ -33,7 +33,7 @@ Magnitudes are kept where no product underflows or overflows: a row beyond
 :math:`2^{-2k}`), which leaves its results unchanged, where that is exact; ε (so scaled) 0 or
 within :math:`2^{\pm 600}`, gains within :math:`2^{\pm 900}`. Every element left over
 (an irrational :math:`\sqrt s` within :math:`2^{-100}` of a boundary by chance, or a float64
-bias cancelling :math:`\gamma u` to its last bits) is settled by :func:`fraction_settle`: exact
+bias cancelling :math:`\gamma u` to its last bits) is rounded by :func:`round_by_fractions`: exact
 integer row statistics and :func:`lneps.kernel.surd.round_surd`, element by element, slow
 (tens of microseconds an element) and rare.
 """
@@ -48,7 +48,7 @@ from . import error_free as dd
 from .rounding import round_pair
 from .surd import binary_format, round_surd
 
-__all__ = ["ExactRows", "settle", "exact_affine", "round_affine", "exact_root", "fraction_settle"]
+__all__ = ["ExactRows", "round_where_exact", "exact_affine", "round_affine", "exact_root", "round_by_fractions"]
 
 _LOW, _HIGH = 2.0**-300, 2.0**300
 
@@ -245,12 +245,12 @@ def exact_root(v, eps):
     return found
 
 
-def settle(rows: ExactRows, k, x, g, b, dt):
-    r"""Settle elements exactly where the row's statistics allow it.
+def round_where_exact(rows: ExactRows, k, x, g, b, dt):
+    r"""Round elements exactly where the row's statistics allow it.
 
     ``k``: each element's row in ``rows``; ``x``: its input value (float64); ``g``, ``b``: its
     gain and bias (float64 arrays of the same length, or None); ``dt``: the output format.
-    Returns ``(values, settled)``: the correctly rounded results (float64 holding the
+    Returns ``(values, done)``: the correctly rounded results (float64 holding the
     format's numbers, NaN for 0/0) and which elements they are valid for.
     """
     const = rows.const[k]
@@ -369,7 +369,7 @@ def _ints(x, E0):
     return np.left_shift(M.astype(object), shift.astype(object))
 
 
-def fraction_settle(xr, chunks, kind, eps, k, j, g, b, dt):
+def round_by_fractions(xr, chunks, kind, eps, k, j, g, b, dt):
     r"""Elements (row ``k`` of ``xr``, column ``j``) rounded exactly by rational arithmetic:
     integer row statistics and :func:`lneps.kernel.surd.round_surd` per element. ``g``, ``b``:
     per-element gains and biases (float64) or None. Returns float64 values."""

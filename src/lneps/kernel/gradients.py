@@ -508,11 +508,11 @@ def _decide_dgamma(acc, J, nonzero_col, fmt, kind, x64, g64, rows, counts):
     out = np.where(zero, 0.0, out)
     flags &= ~zero
     if flags.any():
-        settle = _ColumnSettler(fmt, kind, x64, g64, rows)
+        exact_column = _ExactColumnGradient(fmt, kind, x64, g64, rows)
         for k in np.flatnonzero(flags):
-            out[k] = settle(int(J[k]))
+            out[k] = exact_column(int(J[k]))
         counts["dgamma_columns_exact"] += int(flags.sum())
-        counts["dgamma_refinements"] += settle.refinements
+        counts["dgamma_refinements"] += exact_column.refinements
     return out.astype(dt)
 
 
@@ -533,7 +533,7 @@ def _class_key(sigma: int):
     return (mask, R % 8, legendre), R
 
 
-class _ColumnSettler:
+class _ExactColumnGradient:
     """dγ_j exactly: the rows grouped by the class of sigma modulo rational squares."""
 
     def __init__(self, fmt, kind, x64, g64, rows):

@@ -1,10 +1,8 @@
 r"""Rounding a float64 value to float16, bfloat16 or float32 once, and knowing when it is safe.
 
-:func:`to_format` is round to nearest, ties to even, from a float64 value: NumPy's float64 to
-float16 and float32 conversions already are; ``ml_dtypes`` converts float64 to bfloat16
-through float32, rounding twice, which :func:`to_format` repairs: the only double-rounding
-cases are those where the float32 value lands exactly on a bfloat16 midpoint, and there one
-float32 step toward the float64 value decides the side.
+:func:`to_format` is round to nearest, ties to even, from a float64 value (NumPy's conversion,
+with ``ml_dtypes``' double rounding of float64 to bfloat16 repaired); the formats registry owns
+it (:func:`lneps.formats.to_format`), and it is re-exported here for the kernel's tiers.
 
 :func:`near_boundary` says which estimates :math:`\hat y` with error bound
 :math:`\delta` may round differently from the exact value they estimate: those with a
@@ -23,52 +21,13 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..formats import NARROW
+from ..formats import NARROW, to_format
 from . import error_free as dd
 
 __all__ = ["FAST_FORMATS", "to_format", "near_boundary", "decide_float64", "round_pair"]
 
 FAST_FORMATS = NARROW  # the 16- and 32-bit formats of lneps.formats.REGISTRY
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 _UINT = {2: np.uint16, 4: np.uint32}
-
-
-def to_format(y: np.ndarray, dtype) -> np.ndarray:
-    """float64 ``y`` rounded once to ``dtype`` (float16, bfloat16 or float32), ties to even."""
-    dt = np.dtype(dtype)
-    if dt == np.float16:
-        return _to_float16(y)
-    if dt != _BF16:
-        with np.errstate(over="ignore"):
-            return y.astype(dt)
-    with np.errstate(over="ignore"):
-        r32 = y.astype(np.float32)
-    tie = (r32.view(np.uint32) & 0xFFFF) == 0x8000  # exactly between two bfloat16 numbers
-    if tie.any():
-        idx = np.nonzero(tie)
-        exact, rounded = y[idx], r32[idx]
-        toward = np.where(exact > rounded, np.float32(np.inf), np.float32(-np.inf))
-        r32[idx] = np.where(exact == rounded, rounded, np.nextafter(rounded, toward))
-    return r32.astype(_BF16)
-
-
-def _to_float16(y):
-    """NumPy's conversion, except below float16's smallest normal number 2^-14, where NumPy
-    takes about 60 ns an element: there the numbers are k 2^-24, so rint(y 2^24) (ties to
-    even) is k, and k with y's sign bit is the float16 bit pattern (k = 1024 is 2^-14's)."""
-    if not isinstance(y, np.ndarray):  # a scalar stays a scalar, as astype keeps it
-        return _to_float16(np.array(y, dtype=np.float64))[()]
-    y = y.astype(np.float64, copy=False)
-    tiny = np.abs(y) < 2.0**-14
-    if not tiny.any():
-        with np.errstate(over="ignore"):
-            return y.astype(np.float16)
-    with np.errstate(over="ignore"):
-        out = np.where(tiny, 0.0, y).astype(np.float16)
-    small = y[tiny]
-    k = np.abs(np.rint(small * 2.0**24)).astype(np.uint16)
-    out.view(np.uint16)[tiny] = k | np.where(np.signbit(small), np.uint16(0x8000), np.uint16(0))
-    return out
 
 
 def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:

@@ -37,12 +37,16 @@ and the largest errors of the returned :class:`Report` are measured exactly. So 
 fail is the exact one; only the Report's arrays, computed on demand, take the exact path.
 """
 
+from .arguments import DEFAULT, OPS, WRT
 from .assertions import assert_close, default_tolerance
 from .backward_bound import backward_bound, backward_scale
-from .bounds import KERNEL_CLASSES, U32, forward_bound, two_pass_bound
-from .compare import DEFAULT, OPS, WRT, Report, compare
 from .families import Family, families
+from .forward_error import forward_bound
+from .grading import compare
+from .kernel_classes import KERNEL_CLASSES
+from .report import Report
 from .systematic import ScaleBias, ScaleTest, scale_bias
+from .two_pass import U32, two_pass_bound
 
 #: The ops :func:`compare` and :func:`assert_close` grade: lneps's four normalizations and the
 #: backward passes of layer and RMS norm.

@@ -7,8 +7,11 @@ import numpy as np
 
 from ..ulp import ulp
 from ._arrays import _axes
-from .compare import (_ASSERT_KEYWORDS, _KEYWORDS, WRT, _blocks, _bound, _call_error, _exceeding, _measure,
-                      _parse, _row_index, _Summary)
+from .arguments import _ASSERT_KEYWORDS, _KEYWORDS, WRT, _call_error
+from .estimated_errors import _measure
+from .exact_errors import _blocks, _row_index
+from .grading import _parse
+from .report import _bound, _exceeding, _Summary
 
 # Rows per block when grading large layer_norm / rms_norm outputs: the per-element arrays of a
 # block (errors, bound) stay a few MB whatever the input, as torch.testing's own temporaries do.
@@ -24,7 +27,8 @@ def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-
     ``kernels`` narrows the forward bound to some classes of
     :data:`lneps.testing.KERNEL_CLASSES` (default: all of them)."""
     if op in ("layer_norm", "rms_norm"):
-        from .bounds import KERNEL_CLASSES, forward_bound
+        from .forward_error import forward_bound
+        from .kernel_classes import KERNEL_CLASSES
 
         return forward_bound(op, x=x, gamma=gamma, beta=beta, eps=eps, dtype=actual_dtype, axis=axis,
                              exact=exact, stats=stats, kernels=KERNEL_CLASSES if kernels is None else kernels)
@@ -185,7 +189,7 @@ def assert_close(actual, *args, **kwargs):
     is a few tens of MB whatever the size. Layer norm and RMS norm in 16- and 32-bit formats
     are measured against the kernel's float64 estimate (see :mod:`lneps.testing`; the
     decisions stay exact); an element equal to its correctly rounded value, or within a
-    per-row floor under the bound (``lneps.testing.bounds.bound_floor``), passes without
+    per-row floor under the bound (``lneps.testing.bound_floor.bound_floor``), passes without
     its bound being computed; the test across rows reads every block up to 2^22 elements and
     1024 rows, and beyond that blocks spread evenly over the output to that size.
 
@@ -319,10 +323,11 @@ def _floor_applies(gr, metric):
 def _floored(gr, kernels, test=None):
     r"""The rows (indices into the block's axis 0) whose derived bound can matter: an element
     equal to its correctly rounded value, or within :math:`|\gamma| F` of the exact value
-    (:func:`lneps.testing.bounds.bound_floor`, after the estimate's own distance), is within any
+    (:func:`lneps.testing.bound_floor.bound_floor`, after the estimate's own distance), is within any
     correct kernel's bound; :func:`lneps.testing.forward_bound` is needed on the rows holding
     any other element, alone (:func:`_grade_pending`)."""
-    from .bounds import KERNEL_CLASSES, bound_floor
+    from .bound_floor import bound_floor
+    from .kernel_classes import KERNEL_CLASSES
 
     kernels = KERNEL_CLASSES if kernels is None else kernels
     a, ax = gr.a, -1 if gr.axis is None else gr.axis
@@ -337,7 +342,7 @@ def _floored(gr, kernels, test=None):
     bad &= gr.a64 != gr.r
     if bad.any():
         # The output's rounding: the bound's E is at least |gamma| F + min(ulp(|e|)/2, 2 |gamma| F)
-        # (its last term, max(lower, t) in bounds._finish, is at least t). A 16-bit kernel's
+        # (its last term, max(lower, t) in kernel_classes._finish, is at least t). A 16-bit kernel's
         # elements that are not correctly rounded are rare and about half an ulp off: most pass here.
         I = np.nonzero(bad)
         lim_i = np.broadcast_to(lim, a.shape)[I]

@@ -79,7 +79,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._arrays import _as_numpy
-from .bounds import _ACC, _Fmt, _block_rows, _g, _prepare, _row_stats
+from .forward_error import _block_rows, _prepare
+from .kernel_classes import _ACC, _Fmt, _g, _row_stats
 
 __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN_ROWS"]
 
@@ -394,7 +395,7 @@ def _row_pass(P, a2, keep_w, block):
             acc_rows["ok"][sl] = ok
             acc_rows["fp"][sl] = fp
             acc_rows["sig2"][sl] = qq / (r * r)
-            if layer:  # mean |x| and max |x|, for lneps.testing.bounds.bound_floor
+            if layer:  # mean |x| and max |x|, for lneps.testing.bound_floor.bound_floor
                 acc_rows["M"][sl], acc_rows["X"][sl] = M[:, 0], X[:, 0]
     return acc_rows, w_store
 

@@ -1,8 +1,8 @@
 r"""The kernel's undecided elements: gathered from the float64 and double-double tiers and
 taken through the exact tier (:mod:`lneps.kernel.exact`).
 
-:class:`Settler` collects the elements a call's blocks leave undecided, so that the rows'
-statistics are computed together, vectorized, and settles them in batches; it never holds
+:class:`UndecidedElements` collects the elements a call's blocks leave undecided, so that the
+rows' statistics are computed together, vectorized, and decides them in batches; it never holds
 more than a few megabytes, whatever the shape (a long row's statistics are computed once and
 reused while its chunks come back).
 """
@@ -13,26 +13,28 @@ import numpy as np
 
 from . import error_free as dd
 from .double_double import TILE, DDRows, extreme, finish_rows, finish_values
-from .exact import ExactRows, fraction_settle, settle
+from .exact import ExactRows, round_by_fractions, round_where_exact
 from .triple import TripleRows
 from .rounding import FAST_FORMATS, to_format
 
-__all__ = ["Settler"]
+__all__ = ["UndecidedElements"]
 
 
-class Settler:
+class UndecidedElements:
     """The undecided elements of a whole call, gathered across blocks (so that their rows'
-    statistics are computed together, vectorized) and settled in batches, rows in groups of
-    about ``block`` elements: exactly where the row's statistics allow it (:func:`settle`),
-    else, for elements from tier A, in double-double (element by element, or tile by tile for
-    a row left with many), else by rational arithmetic (:func:`fraction_settle`). ``stage``
+    statistics are computed together, vectorized) and decided in batches, rows in groups of
+    about ``block`` elements: exactly where the row's statistics allow it
+    (:func:`~lneps.kernel.exact.round_where_exact`), else, for elements from tier A, in
+    double-double (element by element, or tile by tile for a row left with many), else in
+    triple precision, else by rational arithmetic
+    (:func:`~lneps.kernel.exact.round_by_fractions`). ``stage``
     of :meth:`add` says which tier an element comes from ("A" or "B")."""
 
-    BATCH = 1 << 14  # elements gathered before they are settled
+    BATCH = 1 << 14  # elements gathered before they are decided
 
     def __init__(self, x2d, yout, chunks, kind, eps, g, b, counts, block, sum_exact=None):
         self.x2d, self.yout, self.chunks, self.kind, self.eps = x2d, yout, chunks, kind, eps
-        self.block = block  # rows are settled in groups of about this many elements
+        self.block = block  # rows are decided in groups of about this many elements
         self.sum_exact = sum_exact  # rows -> which have exact float64 sums (16- and 32-bit input)
         self.g, self.b, self.counts = g, b, counts
         self.dt = x2d.dtype
@@ -47,7 +49,7 @@ class Settler:
             self.flush()
 
     def flush(self):
-        """Settle the queue, its rows in groups of about ``block`` elements (memory)."""
+        """Decide the queue, its rows in groups of about ``block`` elements (memory)."""
         per_group = max(1, self.block // self.x2d.shape[1])
         for stage in ("A", "B"):
             parts = [(I, J) for I, J, st in self.queue if st == stage]
@@ -60,10 +62,10 @@ class Settler:
             for g0 in range(0, rows.size, per_group):
                 group = rows[g0:g0 + per_group]
                 lo, hi = np.searchsorted(I, group[0], side="left"), np.searchsorted(I, group[-1], side="right")
-                self._settle(I[lo:hi], J[lo:hi], stage)
+                self._decide_group(I[lo:hi], J[lo:hi], stage)
         self.queue, self.size = [], 0
 
-    def _settle(self, I, J, stage):
+    def _decide_group(self, I, J, stage):
         """One group of rows: each tier's row statistics once, its elements tile by tile."""
         I, J = self._tiles(I, J, "_exact", self._exact_rows, self._exact_step)
         if I.size and stage == "A":
@@ -74,8 +76,8 @@ class Settler:
         if I.size:
             self.counts["exact_elements"] += I.size
             self.counts["fraction_elements"] += I.size
-            values = fraction_settle(self.x2d, self.chunks, self.kind, self.eps, I, J,
-                                     self.g.at(I, J), self.b.at(I, J), self.dt)
+            values = round_by_fractions(self.x2d, self.chunks, self.kind, self.eps, I, J,
+                                        self.g.at(I, J), self.b.at(I, J), self.dt)
             self._put(I, J, values)
 
     def _tiles(self, I, J, attr, factory, step):
@@ -101,7 +103,8 @@ class Settler:
         return ExactRows(_take(self.x2d, rows), self.chunks, self.kind, self.eps)
 
     def _exact_step(self, ex, k, I, J):
-        values, done = settle(ex, k, self.x2d[I, J].astype(np.float64), self.g.at(I, J), self.b.at(I, J), self.dt)
+        values, done = round_where_exact(ex, k, self.x2d[I, J].astype(np.float64), self.g.at(I, J), self.b.at(I, J),
+                                         self.dt)
         self._put(I[done], J[done], values[done])
         self.counts["exact_elements"] += int(done.sum())
         return ~done
@@ -164,7 +167,7 @@ class Settler:
             st = self._dd_rows(heavy, xr)
             for r, c0, c1, y, flags in finish_rows(st, xr, part(gp), part(bp), self.dt, self.fast):
                 out = to_format(y, self.dt) if self.fast else y
-                # every unflagged value is correctly rounded (those settled already agree)
+                # every unflagged value is correctly rounded (those decided already agree)
                 target = self.yout[heavy[r], c0:c1]
                 self.yout[heavy[r], c0:c1] = np.where(flags, target, out)
                 left[r, c0:c1] = flags

@@ -1,4 +1,5 @@
-"""lneps.testing.bounds.forward_bound: the derived per-element tolerance, for every correct kernel
+"""lneps.testing.forward_bound (forward_error.py, its terms in kernel_classes.py, two_pass_bound in
+two_pass.py): the derived per-element tolerance, for every correct kernel
 class (two passes, Welford and Chan's merges, one pass in float64, a 2-ulp rsqrt), layer norm
 and RMS norm, in the four formats. Properties: it holds on constructed worst cases, it grows
 with d, the offset and u, its caps, and it costs what the bound must cost."""
@@ -10,10 +11,14 @@ import numpy as np
 import pytest
 
 import lneps
-import lneps.testing.bounds as B
+import lneps.testing.bound_floor
+import lneps.testing.forward_error
+import lneps.testing.kernel_classes
+import lneps.testing.two_pass
 from lneps.book import kernel_zoo as kz
 from lneps.testing import families, two_pass_bound
-from lneps.testing.bounds import KERNEL_CLASSES, forward_bound
+from lneps.testing.forward_error import forward_bound
+from lneps.testing.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.float32, np.float64
@@ -25,8 +30,10 @@ def _scaled(a, x, eps, gamma=None, beta=None, op="layer_norm"):
     return kz.scaled_error(a, y, gamma, a.dtype)
 
 
-def test_the_docstrings_run():
-    assert doctest.testmod(B, raise_on_error=True).failed == 0
+@pytest.mark.parametrize("module", [lneps.testing.forward_error, lneps.testing.kernel_classes,
+                                    lneps.testing.two_pass, lneps.testing.bound_floor], ids=lambda m: m.__name__)
+def test_the_docstrings_run(module):
+    assert doctest.testmod(module, raise_on_error=True).failed == 0
 
 
 def test_exact_and_stats_passed_in_give_the_same_bound_in_any_block_size():

@@ -1,0 +1,238 @@
+r"""The kernel classes of :func:`lneps.testing.forward_bound`'s model, and each one's terms.
+
+:data:`KERNEL_CLASSES` names them: two passes, each sum in any order; Welford's update,
+sequentially or per lane with Chan's merges in any tree; one pass :math:`E[x^2] - E[x]^2` in
+float64 for 16- and 32-bit formats. For a block of rows, :func:`_row_stats` gives each class's
+bound on :math:`|c_i - y_i|` (c the kernel's value in the accumulation format, before the last
+rounding) as the minimum of a few lines :math:`|\gamma_i|(a|z_i| + b)` (the forward error
+analysis in Higham's :math:`\gamma_k = ku/(1-ku)`, ``_R`` and ``_line``, and the caps where a
+class's normalized values cannot grow); the bound is the largest over the classes.
+:func:`_prune` drops the lines that cannot matter, :func:`_eval` evaluates the rest per element,
+and :func:`_finish` adds the last roundings, to the accumulation format and to the output
+format. The derivation, term by term, is the section "The derived tolerance" of the book's
+appendix "How the reference works".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..formats import format_of
+
+__all__ = ["KERNEL_CLASSES"]
+
+#: Per accumulation format: unit roundoff, eta (half the smallest subnormal: an underflow),
+#: nu (the squares' underflow, relative to r^-2), the smallest stored eps for the sqrt(d)
+#: cap, the largest finite number.
+_ACC = {
+    32: dict(u=2.0**-24, eta=2.0**-150, nu=2.0**-147, cap_eps=2.0**-140, big=float(np.finfo(np.float32).max)),
+    64: dict(u=2.0**-53, eta=2.0**-1075, nu=2.0**-1072, cap_eps=2.0**-1065, big=float(np.finfo(np.float64).max)),
+}
+_EXPONENT = np.int64(0x7FF0000000000000)
+#: Welford's cap: |t_i| <= _C_W sqrt(M2) + (3.212 + 3.01 levels) u X (sqrt(1.606^2 3 + 8)).
+_C_W = 3.968
+#: The most levels of merges (a balanced tree over at most 1024 lanes, a CUDA block).
+_MERGE_LEVELS = 10
+
+
+class _Fmt:
+    """What the bound needs of a format: its ulp at |v| >= 0, fast (the exponent bits)."""
+
+    def __init__(self, dt):
+        f = format_of(dt)
+        self.dt = np.dtype(dt)
+        self.scale = 2.0 ** (1 - f.p)
+        self.tiny = f.tiny  # the smallest subnormal
+        self.u = f.u
+        self.big = f.largest
+
+    def ulp(self, v, out=None):
+        """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.ulp.ulp`."""
+        out = np.empty_like(v) if out is None else out
+        np.bitwise_and(v.view(np.int64), _EXPONENT, out=out.view(np.int64))  # 2^floor(log2 v), 0 for 0
+        out *= self.scale
+        return np.maximum(out, self.tiny, out=out)
+
+
+def _g(n, u):
+    return n * u / (1 - n * u)
+
+
+def _R(rho_lo, rho_hi, psi):
+    """|r^/r - 1| <= R given w = (var + eps)(1 + rho), -rho_lo <= rho <= rho_hi, and an rsqrt
+    within psi relative."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(rho_lo < 1, (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, 1.0)) - 1, np.inf)
+        return np.fmax(lo, 1 - (1 - psi) / np.sqrt(1 + rho_hi))
+
+
+def _line(R, D, u, k, eta):
+    """(a, b) with |c_i - y_i| <= |gamma_i| (a |z_i| + b) + eta (1 + |gamma_i|): the error
+    analysis of the elementwise step, k roundings before the product with r^ (2 with the
+    subtraction of the mean, 1 for RMS norm)."""
+    grow = (1 + R) * (1 + u) ** k
+    A1, B1 = grow - 1, D * grow + eta
+    return A1 * (1 + u) + u, B1 * (1 + u)
+
+
+#: The kernel classes of :func:`forward_bound`'s model (layer norm).
+KERNEL_CLASSES = ("two_pass", "welford", "one_pass_float64")
+
+
+def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True):
+    """Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
+    list per class, the bound being max over classes of min over the class's lines; and the
+    largest D and rho_+ over the classes (without the lines if not ``need_lines``)."""
+    A = _ACC[acc]
+    u, eta, nu = A["u"], A["eta"], A["nu"]
+    psi = _g(5, u)
+    r = rstd * (1 + 2.0**-40)
+    root_eps = math.sqrt(eps_hat * (1 - u)) if eps_hat > 0 else 0.0
+
+    def eps_cap(dmu, k):  # |n^_i| <= (|z_i|/r + dmu)(1+u)^k (1+psi) / sqrt(eps^): w >= eps^
+        if root_eps == 0:
+            return None
+        f = (1 + u) ** (k + 1) * (1 + psi) / root_eps * (1 + 2.0**-40)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (1 + f / r, f * dmu)
+
+    if op == "rms_norm":
+        rho = _g(d + 3, u) + nu * r * r
+        cls = [_line(_R(rho, rho, psi), 0.0, u, 1, eta)] if need_lines else []
+        if eps_hat >= A["cap_eps"]:
+            cls.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - _g(d + 3, u)) * (1 + u)))
+        cap = eps_cap(0.0, 1)
+        if cap is not None:
+            cls.append(cap)
+        return [cls], dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
+    M, X, m, q = with_x
+    lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
+    # T: two-pass, any order
+    dmu_T = _g(d + 1, u) * M + eta
+    D_T = dmu_T * r
+    rlo_T = _g(d + 5, u) + nu * r * r
+    rhi_T = rlo_T + (1 + _g(d + 5, u)) * D_T * D_T
+    cls_T = [_line(_R(rlo_T, rhi_T, psi), D_T, u, 2, eta)] if need_lines else []
+    if eps_hat >= A["cap_eps"]:
+        cls_T.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - _g(d + 5, u)) * (1 + u)))
+    cap = eps_cap(dmu_T, 2)
+    if cap is not None:
+        cls_T.append(cap)
+    # W: Welford, Chan's merges
+    cX = 3 * (2 + lnd) + 7 * l2d
+    E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + _g(2 * d + cX, u))
+    D_W = E_W * r
+    first = 2 * u * (d - 1) * q + 6 * u * math.sqrt(2 * (1 + lnd)) * q \
+        + (4 / 3) * u * np.abs(m) * r * (d + 1) ** 1.5 / d * np.sqrt(q)
+    rlo_W = _g(d + 5, u) + (1 + _g(d + 5, u)) * first + nu * r * r
+    rhi_W = rlo_W + (4 + l2d) * (1 + _g(d + 5, u)) * D_W * D_W
+    cls_W = [_line(_R(rlo_W, rhi_W, psi), D_W, u, 2, eta)] if need_lines else []
+    # |t_i| <= 3.968 sqrt(M2) + c_abs u X: a running or merged mean moves by at most twice its
+    # increment (the old mean is a float), each step's M2 term is at least a third of a_k^2
+    c_abs = 3.212 + 3.01 * min(l2d, _MERGE_LEVELS)
+    grow_W = (1 + psi) * (1 + _g(d + 12, u)) * (1 + u)
+    if root_eps > 0:
+        cls_W.append((1.0, (_C_W * math.sqrt(d) + c_abs * u * X / root_eps) * grow_W))
+    else:
+        cls_W.append((1.0, np.where(X > 0, np.inf, _C_W * math.sqrt(d) * grow_W)))
+    cap = eps_cap(E_W, 2)
+    if cap is not None:
+        cls_W.append(cap)
+    lines, rho_max, D = [], np.zeros_like(r), np.zeros_like(r)
+    for name, cls, rho_c, D_c in (("two_pass", cls_T, rhi_T, D_T), ("welford", cls_W, rhi_W, D_W)):
+        if name in classes:
+            lines.append(cls)
+            rho_max, D = np.fmax(rho_max, rho_c), np.fmax(D, D_c)
+    if acc == 32 and "one_pass_float64" in classes:  # O: one pass in float64, then float32
+        u64 = 2.0**-53
+        d64 = _g(d + 1, u64) * M
+        dmu_O = d64 + u * (np.abs(m) + d64) + eta
+        D_O = dmu_O * r
+        var = q / (r * r)
+        err_v = _g(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64 * (1 + 2 * u64)
+        rho_O = _g(2, u) + err_v * r * r * (1 + u) + nu * r * r
+        cls_O = [_line(_R(rho_O, rho_O, psi), D_O, u, 2, eta)] if need_lines else []
+        cap = eps_cap(dmu_O, 2)
+        if cap is not None:
+            cls_O.append(cap)
+        lines.append(cls_O)
+        rho_max = np.fmax(rho_max, rho_O)
+        D = np.fmax(D, D_O)
+    return lines, dict(rho_max=rho_max, D=D, D_T=D_T, D_W=D_W)
+
+
+def _prune(lines, zmax):
+    """Drop the lines and classes that cannot matter on |z| in [0, zmax] for every row of the
+    block: a line that another kept line of its class lies below at both ends (the class is
+    their minimum), and a class that another kept class lies above at both ends of one of its
+    lines (a minimum of lines is concave: above a line at both ends is above it between)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ends = [[(np.broadcast_to(b, zmax.shape), np.broadcast_to(a * zmax + b, zmax.shape)) for a, b in cls]
+                for cls in lines]
+    if any(np.isnan(e).any() for cls in ends for pair in cls for e in pair):
+        return lines
+
+    def below(p, q):  # p <= q at both ends, on every row
+        return bool(np.all(p[0] <= q[0]) and np.all(p[1] <= q[1]))
+
+    kept = []
+    for cls, ce in zip(lines, ends):
+        gone = set()
+        for j in range(len(cls)):
+            if any(k != j and k not in gone and below(ce[k], ce[j]) for k in range(len(cls))):
+                gone.add(j)
+        keep = [j for j in range(len(cls)) if j not in gone]
+        kept.append(([cls[j] for j in keep], [ce[j] for j in keep]))
+    mins = [(np.minimum.reduce([e[0] for e in ce]), np.minimum.reduce([e[1] for e in ce])) for _, ce in kept]
+    gone = set()
+    for c, (_, ce) in enumerate(kept):
+        if any(o != c and o not in gone and any(below(e, mins[o]) for e in ce) for o in range(len(kept))):
+            gone.add(c)
+    return [kept[c][0] for c in range(len(kept)) if c not in gone]
+
+
+def _eval(lines, core):
+    """max over classes of min over each class's lines a |z| + b, elementwise (fmin/fmax: a
+    NaN line, from 0 * inf, never wins)."""
+    out, cur, tmp = None, np.empty_like(core), np.empty_like(core)
+    for cls in lines:
+        for j, (a, b) in enumerate(cls):
+            dst = cur if j == 0 else tmp
+            np.multiply(core, a, out=dst)
+            dst += b
+            if j:
+                np.fmin(cur, tmp, out=cur)
+        if out is None:
+            out, cur = cur, np.empty_like(core)
+        else:
+            np.fmax(out, cur, out=out)
+    return out
+
+
+def _finish(Ec, ya, fmt, accf):
+    """|result - y| given |c - y| <= Ec for c in the accumulation format (in place in Ec): c
+    rounded to it first if the output format differs, then once to the output format (y's own
+    float64 error allowed for)."""
+    E = Ec
+    t = np.multiply(ya, 2.0**-52)
+    E += t
+    if accf.dt != fmt.dt:
+        np.multiply(ya, 1 + 2.0**-50, out=t)
+        t += Ec
+        accf.ulp(t, out=t)
+        t *= 0.5
+        E += t
+    lower = np.subtract(ya, E)
+    np.fmax(lower, 0.0, out=lower)
+    fmt.ulp(lower, out=lower)
+    lower *= 0.5
+    np.add(ya, E, out=t)
+    t *= 1 + 2.0**-40
+    fmt.ulp(t, out=t)
+    t *= 0.5
+    np.fmin(t, 2 * E, out=t)
+    np.fmax(lower, t, out=lower)
+    E += lower
+    return E
