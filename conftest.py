@@ -1,6 +1,15 @@
-"""Loaded for every test, the notebooks' cells included (tests/conftest.py is not, for book/)."""
+"""Loaded for every test, the notebooks' cells included (tests/conftest.py is not, for book/):
+how nbval compares a figure, and which tests share a process."""
+
+import functools
+import os
+import re
+from pathlib import Path
 
 import nbval.plugin
+import pytest
+
+ROOT = Path(__file__).resolve().parent
 
 # A glued figure is stored twice: as PNG bytes (application/papermill.record/image/png), which
 # differ between CPUs (anti-aliasing arithmetic, x86 against arm64), and as text, which
@@ -15,3 +24,59 @@ def _compare_figures_by_what_they_show(self, *args, **kwargs):
 
 
 nbval.plugin.IPyNbFile.__init__ = _compare_figures_by_what_they_show
+
+
+@functools.cache
+def _mentions(path: str, pattern: str) -> bool:
+    return path.endswith(".py") and re.search(pattern, (ROOT / path).read_text()) is not None
+
+
+def _uses_build(path: str) -> bool:
+    """A test file that needs `make book` (built_book, or html_dir, which asks for it)."""
+    return _mentions(path, r"\b(built_book|html_dir)\b")
+
+
+def _reads_network(path: str) -> bool:
+    """A test file that reads the trained network's activations, which its notebook caches."""
+    return _mentions(path, r"from network_data import .*\bmeasurements\b")
+
+
+def _group(path: str) -> str:
+    """What must run in one process, in collection order: a test file, or a notebook's cells
+    (one kernel); the network's notebook and the test files that read what it caches; and every
+    test file of the rendered book, which share one build."""
+    if _uses_build(path):
+        return "the rendered book"
+    if path == "book/trained_network.ipynb" or _reads_network(path):
+        return "the trained network"
+    return path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """make test runs one worker per core (pytest-xdist): each group goes to one worker, the
+    largest first. (xdist's own --dist loadgroup does not work with pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid.split("::")[0])
+
+    return ByGroup(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection
+def pytest_collection_modifyitems(session, config, items):
+    def path(item):
+        return item.nodeid.split("::")[0]
+
+    build = [item for item in items if not {"built_book", "html_dir"}.isdisjoint(getattr(item, "fixturenames", ()))]
+    if os.environ.get("LNEPS_PORTABLE_PROFILE"):
+        # `make portable` reruns what computes numbers under other arithmetic (tools/portable.py);
+        # the tests of the rendered book (its build, pages, PDF) are not about arithmetic.
+        config.hook.pytest_deselected(items=build)
+        items[:] = [item for item in items if item not in build]
+        build = []
+    # The network's activations are computed once, by its notebook (collected after tests/),
+    # into the cache LNEPS_CACHE_DIR: the tests that read them run after that notebook.
+    network = [item for item in items if item not in build and _reads_network(path(item))]
+    items[:] = [item for item in items if item not in build and item not in network] + network + build

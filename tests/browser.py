@@ -306,8 +306,8 @@ async def _visit_async(browser, base: str, html_dir: Path, rel: str) -> dict:
 
 def start_visits(html_dir: Path):
     """Begin visiting every page of ``html_dir``, :data:`VISITS_AT_ONCE` at a time, with a
-    server and an async Playwright of their own in a thread of their own (so that the visits
-    can run beside other tests, and the sync API's browser serves those meanwhile). Returns
+    server and an async Playwright of their own in a thread of their own (the session's sync
+    Playwright runs an event loop in this one, where asyncio.run cannot start another). Returns
     ``finish()``, which waits and returns {page: visit} or raises what the visits raised."""
     import asyncio
 
@@ -352,14 +352,9 @@ def start_visits(html_dir: Path):
     return finish
 
 
-# Visits begun by tests/conftest.py as soon as the background book build ended, by folder.
-EARLY_VISITS: dict = {}
-
-
 @pytest.fixture(scope="session")
 def visits(browser, html_dir, report) -> dict:
-    finish = EARLY_VISITS.pop(html_dir.resolve(), None) or start_visits(html_dir)
-    result = finish()
+    result = start_visits(html_dir)()
     pages = list(result)
     typeset = sum(v["formulas"]["containers"] for v in result.values())
     external = sum(len(v["external"]) for v in result.values())

@@ -1,8 +1,8 @@
 """``make pdf``: the whole book as one PDF, printed by Chromium after MathJax has typeset it.
 
 1. Sphinx's ``singlehtml`` builder renders every page of _toc.yml into one HTML file, with
-   the same configuration as ``make book`` (warnings are errors) and the same executed
-   notebooks (the build's jupyter-cache: nothing is executed again).
+   the same configuration as ``make book`` (warnings are errors) and the same stored
+   notebook outputs (nothing is executed).
 2. Chromium (Debian's, through Playwright) opens it from a local server, offline, waits for
    MathJax and the images, opens every dropdown (solutions, folded code), and prints it:
    A4, each chapter from a new page, a table of contents with page numbers, page numbers in
@@ -42,8 +42,7 @@ def build_singlehtml(outdir: Path) -> int:
         ROOT, outdir,
         doctreedir=outdir.parent / ".doctrees-singlehtml",
         noconfig=True, path_config=str(ROOT / "_config.yml"),
-        confoverrides={"nitpicky": True, "latex_individualpages": False,
-                       "nb_execution_cache_path": str(ROOT / "_build" / ".jupyter_cache")},
+        confoverrides={"nitpicky": True, "latex_individualpages": False},
         builder="singlehtml", warningiserror=True, keep_going=True,
     )
 

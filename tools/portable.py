@@ -35,9 +35,13 @@ PROFILES = {
               "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"},
              {"numpy_disabled": ["X86_V4"], "openblas": "haswell", "threads": 1}),
     "x86-64-v2": ({"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
-                   "OPENBLAS_CORETYPE": "Prescott"},
-                  {"numpy_disabled": ["X86_V3", "X86_V4"], "openblas": None, "threads": None}),
+                   "OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1"},
+                  {"numpy_disabled": ["X86_V3", "X86_V4"], "openblas": None, "threads": 1}),
 }
+# A profile that would only repeat the native one is skipped: "avx2" on a machine without
+# AVX-512, where numpy's and OpenBLAS's native kernels are the AVX2 ones already (the thread
+# count it also forces, one, is x86-64-v2's too).
+SAME_AS_NATIVE = {"avx2": "X86_V4"}  # profile -> the native feature without which it repeats native
 
 # What runs under each profile: the stored outputs (nbval over book/), the tests that tie the
 # chapters' prose to computed numbers, and the tests of what computes them: the kernel (its
@@ -90,11 +94,16 @@ def check_profile(name: str, seen: dict, want: dict | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Run the profiles named (all by default), as many at once as there are cores: each is one
-    pytest process, mostly on one core, with its own cache; they share no file they write."""
+    """Run the profiles named (all by default), as many at once as there are cores, each with its
+    own cache (they share no file they write), and the cores left over as its pytest workers."""
     names = argv or list(PROFILES)
+    native = probe(dict(os.environ))["enabled"]
+    skipped = [n for n in names if n in SAME_AS_NATIVE and SAME_AS_NATIVE[n] not in native]
+    for name in skipped:
+        print(f"portable: {name}: skipped, this CPU has no {SAME_AS_NATIVE[name]}: its native "
+              f"kernels are those of {name} already", flush=True)
     started = []
-    for name in names:
+    for name in (n for n in names if n not in skipped):
         extra, want = PROFILES[name]
         cache = ROOT / "_build" / "portable" / name
         shutil.rmtree(cache, ignore_errors=True)
@@ -107,9 +116,11 @@ def main(argv: list[str]) -> int:
         label = f"{name} (numpy {simd[0] if simd else 'X86_V2'}, OpenBLAS {seen['openblas']}, " \
                 f"{seen['threads']} thread{'s' if seen['threads'] != 1 else ''})"
         started.append((label, env))
-    jobs = max(1, min(len(started), os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    jobs = max(1, min(len(started), cores))
+    workers = cores // jobs  # pytest-xdist workers per profile: the cores the profiles leave
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda job: _run(*job), started))
+        results = list(pool.map(lambda job: _run(*job, workers), started))
     print("\nportable: profile | result | time")
     for label, code, summary, took, _ in results:
         print(f"  {label} | {'ok' if code == 0 else 'FAILED'}: {summary} | {took:.0f} s")
@@ -119,11 +130,12 @@ def main(argv: list[str]) -> int:
     return 0 if all(code == 0 for _, code, _, _, _ in results) else 1
 
 
-def _run(label: str, env: dict):
+def _run(label: str, env: dict, workers: int):
     print(f"portable: {label}: started", flush=True)
     start = time.monotonic()
-    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection()], env=env,
-                         cwd=ROOT, capture_output=True, text=True)
+    parallel = ["-n", str(workers)] if workers > 1 else []
+    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *selection()],
+                         env=env, cwd=ROOT, capture_output=True, text=True)
     took = time.monotonic() - start
     summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(f"portable: {label}: {summary}  [{took:.0f} s]", flush=True)

@@ -1,9 +1,8 @@
 """`make pdf` writes the whole book as a PDF: every chapter, math typeset, a table of
 contents whose page numbers are right, and page numbers. Read back with poppler's pdftotext.
 
-The PDF is made from the build of `make book` (the session fixture built_book): the session
-fixture built_pdf (tests/conftest.py) starts `make pdf` as soon as that build ends, so it
-prints while the browser tests run.
+The PDF is made from the build of `make book` (the session fixture built_book), by the
+session fixture built_pdf (tests/conftest.py).
 """
 
 from __future__ import annotations
