@@ -19,6 +19,7 @@ import lneps.norms as norms
 import lneps.oracle as oracle
 import lneps.testing as lt
 import lneps.testing.assertions as A
+import lneps.testing.deferred_bound as D
 from lneps.book import kernel_zoo as kz
 from lneps.testing.bound_floor import bound_floor
 from lneps.testing.forward_error import forward_bound
@@ -89,7 +90,13 @@ def test_the_floor_lies_under_the_bound(op, dtype):
 def _exact_everywhere(monkeypatch):
     """assert_close without its shortcuts: every block measured exactly, the bound on every row."""
     measure = A._measure
-    monkeypatch.setattr(A, "_measure", lambda call, rows=slice(None), exact=True: measure(call, rows, exact=True))
+
+    def exactly(call, rows=slice(None), exact=True):
+        return measure(call, rows, exact=True)
+
+    for module in (A, D):  # both measure blocks: assert_close, and the deferred grading near the bound
+        monkeypatch.setattr(module, "_measure", exactly)
+    # patched where assert_close looks it up (it lives in deferred_bound, which never calls it)
     monkeypatch.setattr(A, "_floor_applies", lambda gr, metric: False)
 
 

@@ -1,15 +1,18 @@
-"""assert_close: a kernel's output graded against lneps with a derived tolerance, and a failure
-message that shows the worst element and names the defect where its pattern is known."""
+"""assert_close: a kernel's output graded against lneps with a derived tolerance, block by block,
+with the test across rows for a scale error every row shares. The failure message is
+failure_message's, the per-row floor and the deferred exact grading deferred_bound's."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..ulp import ulp
-from ._arrays import _axes
 from .arguments import _ASSERT_KEYWORDS, _KEYWORDS, WRT, _call_error
+from .deferred_bound import _exact_near_bound, _floor_applies, _floored, _grade_pending, _Tally
 from .estimated_errors import _measure
 from .exact_errors import _blocks, _row_index
+from .failure_message import _message
 from .grading import _parse
 from .report import _bound, _exceeding, _Summary
 
@@ -39,126 +42,6 @@ def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-
                               dtype=actual_dtype, axis=axis)
     name = op if isinstance(op, str) else getattr(op, "__name__", "a callable op")
     raise ValueError(f"no derived tolerance for {name}: pass max_ulp= (a number, or one bound per element)")
-
-
-def _row_of(gr, idx, shown):
-    """``(text, row)``: where the worst element's input row is (``shown``: its index in the whole
-    of actual), and its numbers (``idx``: its index in the block graded)."""
-    xa = gr.x
-    if gr.name == "group_norm":  # the (sample, group) slice the element was normalized with
-        width = xa.shape[1] // gr.kw["num_groups"]
-        lo = idx[1] // width * width
-        return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
-    if gr.wrt in ("gamma", "beta"):
-        return "x (every row contributes)", None
-    from ._arrays import _axes
-
-    if gr.name == "batch_norm":
-        axes = _axes(0 if gr.axis is None else gr.axis, xa.ndim)
-        where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
-        return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
-    axes = _axes(-1 if gr.axis is None else gr.axis, xa.ndim)
-    where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
-    return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
-
-
-def _at(v, idx, shape):
-    """v (None, a scalar or an array broadcasting to shape) at idx."""
-    if v is None:
-        return None
-    return float(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)[idx]) if np.ndim(v) else float(v)
-
-
-def _placed(p, gr):
-    """gamma or beta broadcast to x's shape as the op places it (per channel for group_norm)."""
-    if p is None:
-        return None
-    p = np.asarray(p.astype(np.float64))
-    shape, nd = gr.x.shape, gr.x.ndim
-    if gr.name == "group_norm" and p.ndim == 1:
-        return p.reshape([shape[1] if a == 1 else 1 for a in range(nd)])
-    if p.ndim and gr.name in ("layer_norm", "rms_norm") and gr.axis is not None:
-        from ._arrays import _axes
-
-        axes = _axes(gr.axis, nd)
-        if p.shape == tuple(shape[a] for a in axes):
-            return p.reshape([shape[a] if a in axes else 1 for a in range(nd)])
-    return p
-
-
-def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
-    """Known patterns, each named with its cause."""
-    found = []
-    if over_rows_constant_nan:
-        found.append("NaN on a constant row: epsilon missing (a constant row has variance 0, and "
-                     "(x - mean)/sqrt(0) is 0/0 without epsilon)")
-    if constant_far:
-        found.append("a constant row's output far from beta: its normalized value is exactly 0, so the "
-                     "statistics were merged inexactly (a mean that is not exactly the row's constant, as a "
-                     "Welford or Chan merge or a fused multiply-add residue leaves it)")
-    if systematic is not None and getattr(systematic, "suspect", None):
-        found.append(systematic.suspect)
-    return found
-
-
-def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
-    shape = gr.a64.shape
-    with np.errstate(divide="ignore", invalid="ignore"):
-        badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
-    badness = np.where(np.isnan(badness), np.inf, badness)
-    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(badness)), shape))
-    if isinstance(gr.rows, np.ndarray):  # some rows of the output, by index
-        shown = (int(gr.rows[idx[0]]), *idx[1:])
-    else:
-        off = (gr.rows.start or 0) if isinstance(gr.rows, slice) else 0
-        shown = (idx[0] + off, *idx[1:]) if idx else idx  # the index into the whole of actual
-    b_at = float(bound[idx]) if np.ndim(bound) else float(bound)
-    limit = (f"{max_ulp_given} ulp" if max_ulp_given is not None and not np.ndim(max_ulp_given)
-             else f"their bound (here {b_at:.6g} ulp)")
-    where, row = _row_of(gr, idx, shown)
-
-    def show(v):
-        v = float(v)
-        return f"{v!r} ({v.hex()})"
-
-    ratio = float(err[idx]) / b_at if b_at > 0 else np.inf
-    if over_count:
-        lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
-                 f"worst at index {shown}:"]
-    else:
-        lines = [f"every element is within its bound, but the rows share a scale error that a correct "
-                 f"kernel's rounding cannot produce ({gr.name}, {gr.dt})", f"largest error at index {shown}:"]
-    if row is not None:
-        lines.append(f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}")
-    if gr.stats is not None and gr.wrt is None:
-        st = [np.broadcast_to(s, shape)[idx] for s in gr.stats]
-        names = ("mean", "rstd") if len(st) == 2 else ("rstd",)
-        lines.append("  row's " + ", ".join(f"{n} {float(v):.10g}" for n, v in zip(names, st))
-                     + " (exact to the digits shown)")
-    ga, be = _at(_placed(gr.gamma, gr), idx, shape), _at(_placed(gr.beta, gr), idx, shape)
-    if ga is not None or be is not None:
-        lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in (("gamma", ga), ("beta", be)) if v is not None))
-    lines += [f"  exact             {show(gr.e[idx])}",
-              f"  correctly rounded {show(gr.r[idx])}",
-              f"  actual            {show(gr.a64[idx])}",
-              f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
-              f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound"]
-    # the known patterns
-    nan_const = far_const = False
-    if gr.wrt is None and gr.name in ("layer_norm", "rms_norm", "group_norm") and row is not None:
-        constant = row.size > 1 and np.all(row == row.ravel()[0])
-        if constant and np.isnan(gr.a64[idx]) and np.isfinite(gr.e[idx]):
-            nan_const = True
-        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]):
-            far_const = True
-    found = _suspects(gr, idx, row, nan_const, far_const, systematic)
-    if systematic is not None and not getattr(systematic, "passed", True):
-        lines.append(f"  across rows: {systematic}")
-    for s in found:
-        lines.append(f"suspect: {s}")
-    if err_msg:
-        lines.append(str(err_msg))
-    return "\n".join(lines)
 
 
 def assert_close(actual, *args, **kwargs):
@@ -229,6 +112,7 @@ def assert_close(actual, *args, **kwargs):
     blocks = [None] if call.wrt is not None else _blocks(call, _BLOCK_ELEMENTS)
     summary, rows_stats = _Summary(), []
     tally = _Tally()
+    tolerance = functools.partial(_tolerance, kernels=kernels)  # a measured block's derived bound
     pending, waiting = [], 0  # rows the floor did not clear: their bound is computed together
     tested = _tested_blocks(call, blocks)
     for k, rows in enumerate(blocks):
@@ -246,7 +130,7 @@ def assert_close(actual, *args, **kwargs):
         else:
             bound = given if rows is None or not np.ndim(given) else given[rows]
         if getattr(gr, "delta", None) is not None and need is None:
-            err, bound = _exact_near_bound(call, gr, err, bound, metric, given, kernels)
+            err, bound = _exact_near_bound(call, gr, err, bound, metric, given, tolerance)
         over = _exceeding(gr.a64, gr.r, err, bound, finite=getattr(gr, "finite", False))
         summary.add(gr)
         if need is not None and need.size:
@@ -255,7 +139,7 @@ def assert_close(actual, *args, **kwargs):
             waiting += need.size
         tally.add(gr, over, err, bound)
         if waiting and (waiting * gr.a[0].size >= _BLOCK_ELEMENTS or rows is blocks[-1]):
-            _grade_pending(call, np.concatenate(pending), metric, kernels, tally)
+            _grade_pending(call, np.concatenate(pending), metric, tolerance, tally)
             pending, waiting = [], 0
     over_count, worst = tally.count, tally.worst
     systematic = _decide(call, rows_stats) if rows_stats else None
@@ -300,117 +184,12 @@ def _tested_blocks(call, blocks):
     return set(int(i) for i in np.unique(np.round(np.linspace(0, n - 1, need))))
 
 
+# A measured block's derived bound. It stays beside default_tolerance: deferred_bound is handed it
+# (its tolerance=) rather than importing it, so that module does not import this one.
 def _tolerance(gr, kernels):
     return default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
                              axis=-1 if gr.axis is None else gr.axis, dy=gr.dy, wrt=gr.wrt, exact=gr.e,
                              stats=gr.stats, kernels=kernels)
-
-
-def _floor_applies(gr, metric):
-    """Whether :func:`_floored` may spare the bound on this block: layer_norm or
-    rms_norm measured against the kernel's estimate, in the scaled metric with the op's own
-    scale, each index of axis 0 normalized on its own, gain and bias finite and the same for
-    every one."""
-    a = gr.a
-    if getattr(gr, "delta", None) is None or metric != "scaled" or gr.scale is not None or a.ndim < 2:
-        return False
-    if 0 in _axes(-1 if gr.axis is None else gr.axis, a.ndim):
-        return False
-    return all(p is None or ((p.ndim < a.ndim or p.shape[0] == 1) and bool(np.isfinite(p).all()))
-               for p in (gr.gamma, gr.beta))
-
-
-def _floored(gr, kernels, test=None):
-    r"""The rows (indices into the block's axis 0) whose derived bound can matter: an element
-    equal to its correctly rounded value, or within :math:`|\gamma| F` of the exact value
-    (:func:`lneps.testing.bound_floor.bound_floor`, after the estimate's own distance), is within any
-    correct kernel's bound; :func:`lneps.testing.forward_bound` is needed on the rows holding
-    any other element, alone (:func:`_grade_pending`)."""
-    from .bound_floor import bound_floor
-    from .kernel_classes import KERNEL_CLASSES
-
-    kernels = KERNEL_CLASSES if kernels is None else kernels
-    a, ax = gr.a, -1 if gr.axis is None else gr.axis
-    abs_stats = None
-    if test is not None and gr.op == "layer_norm" and a.ndim == 2 and ax in (-1, 1):  # rows as the test's
-        abs_stats = (test.rows["M"], test.rows["X"])
-    floor = bound_floor(gr.op, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps, dtype=gr.dt, axis=ax,
-                        exact=gr.e, stats=gr.stats, kernels=kernels, abs_stats=abs_stats)
-    lim = floor * gr.s  # gr.s: |gamma| placed as the op applies it (1 without a gain)
-    with np.errstate(invalid="ignore"):
-        bad = gr.diff > lim - gr.delta  # lim is finite: the floor is, and so is gamma (_floor_applies)
-    bad &= gr.a64 != gr.r
-    if bad.any():
-        # The output's rounding: the bound's E is at least |gamma| F + min(ulp(|e|)/2, 2 |gamma| F)
-        # (its last term, max(lower, t) in kernel_classes._finish, is at least t). A 16-bit kernel's
-        # elements that are not correctly rounded are rare and about half an ulp off: most pass here.
-        I = np.nonzero(bad)
-        lim_i = np.broadcast_to(lim, a.shape)[I]
-        half = ulp(gr.e[I], gr.dt)
-        half *= 0.5
-        lim_i = lim_i + np.fmin(half, 2 * lim_i)
-        with np.errstate(invalid="ignore"):
-            bad[I] = ~((gr.diff[I] + np.broadcast_to(gr.delta, a.shape)[I]) <= lim_i * (1 - 2.0**-40))
-    return np.flatnonzero(bad.reshape(a.shape[0], -1).any(axis=1))
-
-
-def _grade_pending(call, idx, metric, kernels, tally):
-    """The rows ``idx`` (of the whole output) that the floor left: measured again (a few rows),
-    graded against the derived bound, computed for all of them at once."""
-    gr = _measure(call, idx, exact=False)
-    err = gr.scaled if metric == "scaled" else gr.err
-    bound = _bound(_tolerance(gr, kernels), err.shape)
-    if getattr(gr, "delta", None) is not None:
-        err, bound = _exact_near_bound(call, gr, err, bound, metric, None, kernels)
-    tally.add(gr, _exceeding(gr.a64, gr.r, err, bound, finite=getattr(gr, "finite", False)), err, bound)
-
-
-class _Tally:
-    """How many elements exceed their bound, and the worst of them (furthest beyond, by ratio)."""
-
-    def __init__(self):
-        self.count, self.worst = 0, None
-
-    def add(self, gr, over, err, bound):
-        n_over = int(over.sum())
-        if not n_over:
-            return
-        self.count += n_over
-        with np.errstate(divide="ignore", invalid="ignore"):
-            badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
-        badness = np.where(np.isnan(badness), np.inf, badness)
-        i = int(np.argmax(badness))
-        if self.worst is None or badness.flat[i] > self.worst[0]:
-            self.worst = (float(badness.flat[i]), gr, over, err, bound)
-
-
-def _exact_near_bound(call, gr, err, bound, metric, given, kernels):
-    """A block measured against the kernel's estimate (``gr.delta``: how far each e may be from
-    the exact value): the rows holding an element whose error lies within that distance of its
-    bound (with 2^-20 of the bound for the bound's own dependence on e) are measured exactly,
-    and their errors and bounds replace the estimated ones in place. Returns ``(err, bound)``."""
-    base = gr.e if metric == "ulp" else np.fmax(np.abs(gr.e), gr.s)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        window = gr.delta / ulp(base, gr.dt)
-        window = window + np.multiply(bound, 2.0**-20)
-        near = np.abs(err - bound) <= window
-        near &= np.isfinite(bound)  # an infinite bound (no bound for the row) has no edge to be near
-    if not near.any():
-        return err, bound
-    a = gr.a
-    if a.ndim < 2:
-        idx = None
-    else:
-        idx = np.flatnonzero(near.reshape(a.shape[0], -1).any(axis=1))
-    ex = _measure(call, gr.rows if idx is None else _row_index(gr.rows, a.shape[0])[idx], exact=True)
-    sel = slice(None) if idx is None else idx
-    for name in ("e", "r", "diff", "err", "scaled"):
-        getattr(gr, name)[sel] = getattr(ex, name)
-    gr.delta[sel] = 0.0
-    bound = np.array(bound, dtype=np.float64) if np.ndim(bound) else bound
-    if np.ndim(bound):
-        bound[sel] = _bound(_tolerance(ex, kernels), ex.a.shape) if given is None else given[ex.rows]
-    return (gr.scaled if metric == "scaled" else gr.err), bound
 
 
 def _arrays_of(call):

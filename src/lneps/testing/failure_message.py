@@ -1,0 +1,127 @@
+"""The failure message of assert_close: the worst element (the one furthest beyond its bound)
+with its input row, the row's statistics, gamma and beta there and its errors, and the defect
+named where its pattern is known."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _row_of(gr, idx, shown):
+    """``(text, row)``: where the worst element's input row is (``shown``: its index in the whole
+    of actual), and its numbers (``idx``: its index in the block graded)."""
+    xa = gr.x
+    if gr.name == "group_norm":  # the (sample, group) slice the element was normalized with
+        width = xa.shape[1] // gr.kw["num_groups"]
+        lo = idx[1] // width * width
+        return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
+    if gr.wrt in ("gamma", "beta"):
+        return "x (every row contributes)", None
+    from ._arrays import _axes
+
+    if gr.name == "batch_norm":
+        axes = _axes(0 if gr.axis is None else gr.axis, xa.ndim)
+        where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
+        return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
+    axes = _axes(-1 if gr.axis is None else gr.axis, xa.ndim)
+    where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
+    return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
+
+
+def _at(v, idx, shape):
+    """v (None, a scalar or an array broadcasting to shape) at idx."""
+    if v is None:
+        return None
+    return float(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)[idx]) if np.ndim(v) else float(v)
+
+
+def _placed(p, gr):
+    """gamma or beta broadcast to x's shape as the op places it (per channel for group_norm)."""
+    if p is None:
+        return None
+    p = np.asarray(p.astype(np.float64))
+    shape, nd = gr.x.shape, gr.x.ndim
+    if gr.name == "group_norm" and p.ndim == 1:
+        return p.reshape([shape[1] if a == 1 else 1 for a in range(nd)])
+    if p.ndim and gr.name in ("layer_norm", "rms_norm") and gr.axis is not None:
+        from ._arrays import _axes
+
+        axes = _axes(gr.axis, nd)
+        if p.shape == tuple(shape[a] for a in axes):
+            return p.reshape([shape[a] if a in axes else 1 for a in range(nd)])
+    return p
+
+
+def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
+    """Known patterns, each named with its cause."""
+    found = []
+    if over_rows_constant_nan:
+        found.append("NaN on a constant row: epsilon missing (a constant row has variance 0, and "
+                     "(x - mean)/sqrt(0) is 0/0 without epsilon)")
+    if constant_far:
+        found.append("a constant row's output far from beta: its normalized value is exactly 0, so the "
+                     "statistics were merged inexactly (a mean that is not exactly the row's constant, as a "
+                     "Welford or Chan merge or a fused multiply-add residue leaves it)")
+    if systematic is not None and getattr(systematic, "suspect", None):
+        found.append(systematic.suspect)
+    return found
+
+
+def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
+    shape = gr.a64.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
+    badness = np.where(np.isnan(badness), np.inf, badness)
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(badness)), shape))
+    if isinstance(gr.rows, np.ndarray):  # some rows of the output, by index
+        shown = (int(gr.rows[idx[0]]), *idx[1:])
+    else:
+        off = (gr.rows.start or 0) if isinstance(gr.rows, slice) else 0
+        shown = (idx[0] + off, *idx[1:]) if idx else idx  # the index into the whole of actual
+    b_at = float(bound[idx]) if np.ndim(bound) else float(bound)
+    limit = (f"{max_ulp_given} ulp" if max_ulp_given is not None and not np.ndim(max_ulp_given)
+             else f"their bound (here {b_at:.6g} ulp)")
+    where, row = _row_of(gr, idx, shown)
+
+    def show(v):
+        v = float(v)
+        return f"{v!r} ({v.hex()})"
+
+    ratio = float(err[idx]) / b_at if b_at > 0 else np.inf
+    if over_count:
+        lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
+                 f"worst at index {shown}:"]
+    else:
+        lines = [f"every element is within its bound, but the rows share a scale error that a correct "
+                 f"kernel's rounding cannot produce ({gr.name}, {gr.dt})", f"largest error at index {shown}:"]
+    if row is not None:
+        lines.append(f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}")
+    if gr.stats is not None and gr.wrt is None:
+        st = [np.broadcast_to(s, shape)[idx] for s in gr.stats]
+        names = ("mean", "rstd") if len(st) == 2 else ("rstd",)
+        lines.append("  row's " + ", ".join(f"{n} {float(v):.10g}" for n, v in zip(names, st))
+                     + " (exact to the digits shown)")
+    ga, be = _at(_placed(gr.gamma, gr), idx, shape), _at(_placed(gr.beta, gr), idx, shape)
+    if ga is not None or be is not None:
+        lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in (("gamma", ga), ("beta", be)) if v is not None))
+    lines += [f"  exact             {show(gr.e[idx])}",
+              f"  correctly rounded {show(gr.r[idx])}",
+              f"  actual            {show(gr.a64[idx])}",
+              f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
+              f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound"]
+    # the known patterns
+    nan_const = far_const = False
+    if gr.wrt is None and gr.name in ("layer_norm", "rms_norm", "group_norm") and row is not None:
+        constant = row.size > 1 and np.all(row == row.ravel()[0])
+        if constant and np.isnan(gr.a64[idx]) and np.isfinite(gr.e[idx]):
+            nan_const = True
+        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]):
+            far_const = True
+    found = _suspects(gr, idx, row, nan_const, far_const, systematic)
+    if systematic is not None and not getattr(systematic, "passed", True):
+        lines.append(f"  across rows: {systematic}")
+    for s in found:
+        lines.append(f"suspect: {s}")
+    if err_msg:
+        lines.append(str(err_msg))
+    return "\n".join(lines)
