@@ -10,7 +10,8 @@ import pytest
 
 from lneps import oracle
 from lneps.kernel import error_free as dd
-from lneps.kernel.rounding import decide_float64, near_boundary, round_pair, to_format
+from lneps.formats import to_format
+from lneps.kernel.rounding import decide_float64, near_boundary, round_pair
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 LOW = [F16, BF16, F32]

@@ -86,7 +86,7 @@ def test_default_is_correctly_rounded_in_every_format(dt):
     """Each element is the format's nearest number to the 50-digit value: rounding the
     float64 nearest once more is exact unless that float64 is a midpoint of the format
     (skipped: it does not happen on these random numbers)."""
-    from lneps.kernel.rounding import to_format
+    from lneps.formats import to_format
 
     x = (RNG2.normal(size=(2, 7)) * [[1.0], [0.01]] + [[0.0], [5.0]]).astype(dt)
     g = RNG2.normal(size=(2, 7)).astype(dt)
@@ -211,7 +211,7 @@ def test_nan_stays_in_its_row_but_reaches_every_parameter_gradient():
 
 
 def test_compute_dtype_rounds_and_default_is_correctly_rounded():
-    from lneps.kernel.rounding import to_format
+    from lneps.formats import to_format
 
     x = RNG.normal(size=(4, 16)).astype(np.float16)
     g = RNG.normal(size=(4, 16)).astype(np.float16)

@@ -9,7 +9,8 @@ import numpy as np
 from . import error_free as dd, float64
 from .double_double import DDRows, extreme, finish_rows
 from .plain import _plain
-from .rounding import FAST_FORMATS, near_boundary, to_format
+from ..formats import to_format
+from .rounding import FAST_FORMATS, near_boundary
 from .undecided import UndecidedElements
 
 __all__ = ["normalize", "estimate_error", "BLOCK_ELEMENTS"]

@@ -85,7 +85,8 @@ import numpy as np
 
 from ..formats import format_of
 from . import error_free as dd
-from .rounding import decide_float64, near_boundary, round_pair, to_format
+from ..formats import to_format
+from .rounding import decide_float64, near_boundary, round_pair
 
 __all__ = ["layer_norm_gradients", "rms_norm_gradients", "round_root", "BLOCK_ELEMENTS"]
 

@@ -2,7 +2,7 @@ r"""Rounding a float64 value to float16, bfloat16 or float32 once, and knowing w
 
 :func:`to_format` is round to nearest, ties to even, from a float64 value (NumPy's conversion,
 with ``ml_dtypes``' double rounding of float64 to bfloat16 repaired); the formats registry owns
-it (:func:`lneps.formats.to_format`), and it is re-exported here for the kernel's tiers.
+it (:func:`lneps.formats.to_format`), and the kernel's tiers import it from there.
 
 :func:`near_boundary` says which estimates :math:`\hat y` with error bound
 :math:`\delta` may round differently from the exact value they estimate: those with a
@@ -24,7 +24,7 @@ import numpy as np
 from ..formats import NARROW, to_format
 from . import error_free as dd
 
-__all__ = ["FAST_FORMATS", "to_format", "near_boundary", "decide_float64", "round_pair"]
+__all__ = ["FAST_FORMATS", "near_boundary", "decide_float64", "round_pair"]
 
 FAST_FORMATS = NARROW  # the 16- and 32-bit formats of lneps.formats.REGISTRY
 _UINT = {2: np.uint16, 4: np.uint32}

@@ -33,7 +33,8 @@ from math import isqrt
 import numpy as np
 
 from . import error_free as dd
-from .rounding import decide_float64, near_boundary, to_format
+from ..formats import to_format
+from .rounding import decide_float64, near_boundary
 
 __all__ = ["TripleRows", "level_sums"]
 

@@ -15,7 +15,8 @@ from . import error_free as dd
 from .double_double import TILE, DDRows, extreme, finish_rows, finish_values
 from .exact import ExactRows, round_by_fractions, round_where_exact
 from .triple import TripleRows
-from .rounding import FAST_FORMATS, to_format
+from ..formats import to_format
+from .rounding import FAST_FORMATS
 
 __all__ = ["UndecidedElements"]
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from .double_double import inference
 from .exact import exact_affine, exact_root
-from .rounding import FAST_FORMATS, to_format
+from ..formats import to_format
+from .rounding import FAST_FORMATS
 from .surd import binary_format, round_surd
 from .driver import BLOCK_ELEMENTS, _KEYS
 
