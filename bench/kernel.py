@@ -22,6 +22,10 @@ typical and on worst-case input, and its memory.
 * group_norm (8 groups, a gain and a bias per channel) and batch_norm (training, and at
   inference with stored statistics) on a float32 tensor of shape 64 x 64 x 64 x 64 (64 MB):
   time per element over the typical float32 layer_norm's, and extra memory (the same target).
+* The correctly rounded backward pass (``lneps.kernel.gradients.layer_norm_gradients``: dx, dγ
+  and dβ) on GRADIENT_SHAPE float32 rows with a gain: time per element over the typical
+  float32 layer_norm's, against GRADIENT_TARGET (its exact integer arithmetic is budgeted two
+  orders of magnitude above the forward pass), and extra memory (the same target).
 
 Every entry has the keys bench/run.py renders (for the worst cases and the long row its
 "plain" is lneps on N(0, 1) rows), and ``ratio_of_minima``, the fastest run of each: the
@@ -43,6 +47,7 @@ import ml_dtypes
 import numpy as np
 
 from lneps import batch_norm, group_norm, kernel, layer_norm
+from lneps.kernel.gradients import layer_norm_gradients
 
 SHAPE = (4096, 4096)
 FAMILY_SHAPE = (256, 4096)
@@ -52,6 +57,8 @@ TARGETS = {"float16": 3.0, "bfloat16": 3.0, "float32": 5.0, "float64": 8.0}
 FAMILY_TARGET = 10.0
 LONG_MEMORY_TARGET = 128 * 2**20
 NCHW = (64, 64, 64, 64)
+GRADIENT_SHAPE = (64, 4096)
+GRADIENT_TARGET = 100.0
 FORMATS = (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
 
 
@@ -187,6 +194,27 @@ def other_ops(reference_per_element: float) -> dict:
     return out
 
 
+def backward(reference_per_element: float) -> dict:
+    """layer_norm_gradients on float32 rows with a gain: time per element over layer_norm's on
+    N(0, 1) rows, and extra memory beyond its inputs and outputs."""
+    rng = np.random.default_rng(44)
+    x, g = (rng.normal(size=GRADIENT_SHAPE).astype(np.float32) for _ in range(2))
+    gamma = rng.normal(size=GRADIENT_SHAPE[1]).astype(np.float32)
+
+    def f():
+        return layer_norm_gradients(x, g, gamma, eps=1e-5)
+
+    f()
+    times = [_timed(f) for _ in range(2)]
+    extra = _extra_memory(f, known=2 * x.nbytes + 2 * gamma.nbytes)
+    reference = reference_per_element * x.size
+    return {f"float32 layer_norm_gradients with a gain, {'x'.join(map(str, GRADIENT_SHAPE))} (dx, dgamma and dbeta)": {
+        "op": "layer_norm_gradients", "plain_s": reference, "lneps_s": min(times),
+        "ratio": statistics.median(t / reference for t in times), "ratios": [round(t / reference, 3) for t in times],
+        "elements": x.size, "extra_memory_float64_copies": extra / (x.size * 8), "target": GRADIENT_TARGET,
+        "seconds": min(times), "extra_memory_mb": extra / 2**20, "memory_target_mb": LONG_MEMORY_TARGET / 2**20}}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quick = "--quick" in argv
@@ -199,6 +227,7 @@ def main(argv=None) -> int:
     f32 = results["float32"]
     results.update(long_row(f32["lneps_s"] / (shape[0] * shape[1])))
     results.update(other_ops(f32["lneps_s"] / (shape[0] * shape[1])))
+    results.update(backward(f32["lneps_s"] / (shape[0] * shape[1])))
     json.dump(results, sys.stdout)
     print()
     return 0

@@ -3,7 +3,6 @@ written here from the textbook formula in rational arithmetic (Fractions) and mp
 no code with the kernel (no t/s integers, no integer square roots, its own rounding)."""
 
 import math
-import time
 from fractions import Fraction
 from math import isqrt
 
@@ -14,7 +13,9 @@ import pytest
 mpmath = pytest.importorskip("mpmath")
 from mpmath import mp, mpf  # noqa: E402
 
+from lneps.formats import format_of  # noqa: E402
 from lneps.kernel import gradients as K  # noqa: E402
+from lneps.kernel.surd import round_surd  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FORMATS = [np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)]
@@ -183,22 +184,26 @@ def check(kind, x, g, gamma=None, eps=1e-5, dt=None, counts=None):
     return got, counts
 
 
-# --- the judge's own rounding against exact ties -----------------------------------------------
+# --- the judge's rounding and the kernel's, on exact ties -----------------------------------------------
 
 
 @pytest.mark.parametrize("dt", FORMATS, ids=str)
-def test_round_root_against_the_judges_rounding(dt):
+def test_the_kernels_exact_rounding_against_the_judges(dt):
+    # the gradients round a/sqrt(w) (dx) and rationals (dγ, dβ) with lneps.kernel.surd.round_surd
+    fmt = format_of(dt)
     p, emin, emax = _fmt(dt)
     for _ in range(300):
         e = int(RNG.integers(emin - p - 2, emax + 2))
         n = int(RNG.integers(1, 2 ** (p + 1)))
         v = Fraction(n, 1) * Fraction(2) ** (e - p) * (-1 if RNG.random() < 0.5 else 1)  # often a tie
         k = int(RNG.integers(1, 50))
-        assert K.round_root(v * k, k * k, dt) == judge_round(v, dt)  # a / sqrt(w) rational
-        assert math.copysign(1, K.round_root(v, 1, dt)) == math.copysign(1, judge_round(v, dt))
-    assert K.round_root(0, 5, dt) == 0.0 and math.copysign(1, K.round_root(0, 5, dt)) == 1
+        assert round_surd(v * k, k * k, 0, fmt) == judge_round(v, dt)  # a / sqrt(w) rational
+        assert round_surd(0, 1, v, fmt) == judge_round(v, dt)  # a rational
+        assert math.copysign(1, round_surd(v, 1, 0, fmt)) == math.copysign(1, judge_round(v, dt))
+    assert round_surd(0, 5, 0, fmt) == 0.0 and math.copysign(1, round_surd(0, 5, 0, fmt)) == 1
     tiny = -Fraction(2) ** (emin - p - 5)
-    assert math.copysign(1, K.round_root(tiny, 1, dt)) == -1  # a negative value rounding to 0
+    assert math.copysign(1, round_surd(tiny, 1, 0, fmt)) == -1  # a negative value rounding to 0
+    assert math.copysign(1, round_surd(0, 1, tiny, fmt)) == -1
 
 
 # --- random rows --------------------------------------------------------------------------------
@@ -470,12 +475,3 @@ def test_many_blocks(monkeypatch):
     for dt in FORMATS:
         check("layer", x, g, None, 0.0, dt=dt)
         check("rms", x, g, RNG.normal(size=d), 1e-5, dt=dt)
-
-
-def test_speed_64_by_4096_float32():
-    x = RNG.normal(size=(64, 4096)).astype(np.float32)
-    g = RNG.normal(size=(64, 4096)).astype(np.float32)
-    gamma = RNG.normal(size=4096).astype(np.float32)
-    t = time.perf_counter()
-    K.layer_norm_gradients(x, g, gamma, eps=1e-5)
-    assert time.perf_counter() - t < 20

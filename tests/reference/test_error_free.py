@@ -33,6 +33,19 @@ def test_two_prod_is_exact():
     assert all(x * y == u + v for x, y, u, v in zip(fr(a), fr(b), fr(p), fr(e)))
 
 
+def test_dd_mul_is_within_2_to_the_minus_102():
+    rng = np.random.default_rng(3)
+    n = 5000
+    ah = rng.choice([-1.0, 1.0], n) * rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(-300, 300, n)
+    bh = rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(-300, 300, n)
+    al = ah * rng.uniform(-1, 1, n) * 2.0**-53  # normalized pairs: |al| within half an ulp of ah
+    bl = bh * rng.uniform(-1, 1, n) * 2.0**-53
+    p, e = dd.dd_mul(ah, al, bh, bl)
+    for a1, a2, b1, b2, q, r in zip(fr(ah), fr(al), fr(bh), fr(bl), fr(p), fr(e)):
+        exact = (a1 + a2) * (b1 + b2)
+        assert abs(q + r - exact) <= abs(exact) * Fraction(1, 2**102)
+
+
 def test_pairwise_sum_is_within_its_bound():
     rng = np.random.default_rng(3)
     for n in (1, 2, 3, 7, 100, 1000, 4095):

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lneps
-from lneps import formats
+from lneps import formats, oracle
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 
@@ -30,6 +29,16 @@ def test_format_table_equals_finfo(name):
         nfi = np.finfo(name)
         assert (row["smallest_subnormal"], row["smallest_normal"], row["largest"], row["machine_eps"]) == (
             float(nfi.smallest_subnormal), float(nfi.tiny), float(nfi.max), float(nfi.eps))
+
+
+@pytest.mark.parametrize("dt", [F16, BF16, F32, F64], ids=str)
+def test_format_of_agrees_with_finfo_and_with_the_oracles_own_formats(dt):
+    # the kernel reads its formats here; the oracle that judges it reads finfo for itself
+    fi, f, o = ml_dtypes.finfo(dt), formats.format_of(dt), oracle.format_of(dt)
+    assert (f.p, f.emin, f.emax) == (int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1)
+    assert (f.p, f.emin, f.emax) == (o.p, o.emin, o.emax)
+    with pytest.raises(TypeError, match="no format lneps computes exactly"):
+        formats.format_of(np.int32)
 
 
 def test_format_numbers_match_the_ieee_closed_forms():

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -235,12 +234,10 @@ def test_wheel_carries_the_modules_and_the_data(wheel):
 
 def test_installed_wheel_finds_its_data(wheel, tmp_path):
     site = tmp_path / "site"
-    t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
                           "--disable-pip-version-check", "--target", str(site), str(wheel)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert time.perf_counter() - t0 < 60
     # In tmp_path, with the installed copy first on the path (before the editable checkout) and
     # the book's dependencies blocked.
     code = BLOCK + USE + textwrap.dedent(f"""

@@ -7,6 +7,8 @@ underflow:
 * :func:`two_sum` (Knuth): ``s + e == a + b`` exactly, ``s = fl(a + b)``;
 * :func:`two_prod` (Dekker, with Veltkamp's :func:`split`): ``p + e == a * b`` exactly,
   ``p = fl(a * b)``, for :math:`|a|, |b| < 2^{996}` and products above :math:`2^{-969}`;
+* :func:`dd_mul`: a double-double product (not error-free: within about :math:`2^{-102}`
+  relative);
 * :func:`quantum_sum`: a row sum split into an exact part and a small rounded part with a
   proven bound (the rounding-to-a-quantum trick);
 * :func:`expansion_sign`: the exact sign of a sum of a few floats.
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["U", "two_sum", "split", "two_prod", "two_prod_split", "pairwise_sum", "blocked_sum",
-           "quantum_sum", "expansion_sign"]
+__all__ = ["U", "two_sum", "split", "two_prod", "two_prod_split", "dd_mul", "pairwise_sum",
+           "blocked_sum", "quantum_sum", "expansion_sign"]
 
 U = 2.0**-53  # unit roundoff of float64: |fl(x) - x| <= U |x| for normal results
 _SPLITTER = 134217729.0  # 2**27 + 1
@@ -54,6 +56,15 @@ def two_prod_split(a, ah, al, b, bh, bl):
     across many products (a row's reciprocal square root, a column's gain)."""
     p = a * b
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def dd_mul(ah, al, bh, bl):
+    """Double-double product ``(p, e)``, within about :math:`2^{-102}` relative of the exact
+    :math:`(a_h + a_l)(b_h + b_l)` for normalized pairs (:math:`|a_l| \\le` ulp(:math:`a_h`)) with
+    products far from underflow: one :func:`two_prod` of the high parts, the cross terms added
+    once."""
+    p, pe = two_prod(ah, bh)
+    return two_sum(p, pe + (ah * bl + al * bh))
 
 
 def pairwise_sum(hi, lo=None, axis: int = -1):

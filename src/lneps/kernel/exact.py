@@ -44,9 +44,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..formats import format_of
 from . import error_free as dd
 from .rounding import round_pair
-from .surd import binary_format, round_surd
+from .surd import round_surd
 
 __all__ = ["ExactRows", "round_where_exact", "exact_affine", "round_affine", "exact_root", "round_by_fractions"]
 
@@ -373,7 +374,7 @@ def round_by_fractions(xr, chunks, kind, eps, k, j, g, b, dt):
     r"""Elements (row ``k`` of ``xr``, column ``j``) rounded exactly by rational arithmetic:
     integer row statistics and :func:`lneps.kernel.surd.round_surd` per element. ``g``, ``b``:
     per-element gains and biases (float64) or None. Returns float64 values."""
-    fmt = binary_format(dt)
+    fmt = format_of(dt)
     rows = np.unique(k)
     sub = xr[rows]
     E0, S, Q = _row_integers(sub, chunks)

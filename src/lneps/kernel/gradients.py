@@ -37,23 +37,18 @@ integers, vectorized in NumPy object arrays); only the square root is irrational
   :math:`3.01\cdot 2^{-53}` relative (bound used: :math:`4\cdot 2^{-53}`) and final unless a
   rounding boundary of the format lies that close (:func:`lneps.kernel.rounding.near_boundary`);
   for float64 output a double-double product, within :math:`2^{-100}` relative, is final unless
-  :func:`lneps.kernel.rounding.decide_float64` flags it. A flagged element is rounded exactly
-  (:func:`round_root`): its value is :math:`a/\sqrt w` with rationals a and w > 0, and with the
-  spacing :math:`2^q` of its binade, :math:`n = \lfloor\sqrt{a^2/(w 4^q)}\rfloor` is an integer
-  square root and the comparison with :math:`n + \frac12` is an integer comparison, ties
-  (possible when :math:`\sigma d` is a square) to even. :math:`N_i = 0` is an exact +0.
+  :func:`lneps.kernel.rounding.decide_float64` flags it. A flagged element, whose value is
+  :math:`a/\sqrt w` with rationals a and w > 0, is rounded exactly in integers by the
+  kernel's one exact rounding, :func:`lneps.kernel.surd.round_surd` (ties, possible when
+  :math:`\sigma d` is a square, to even). :math:`N_i = 0` is an exact +0. The integers and
+  their float64 pairs come from :mod:`lneps.kernel.integers`.
 * **dγ** is a sum of square roots of different rationals. Each term is a double-double product
   (relative error below :math:`2^{-100}`), the column summed in double-double with a proven
   bound (:func:`lneps.kernel.error_free.pairwise_sum`), and decided as dx is. An undecided column
-  (cancellation, or a value on a boundary) is settled exactly: the rows are grouped by the
-  class of :math:`\sigma` modulo rational squares (:math:`\sigma_i\sigma_k` a perfect square;
-  candidates bucketed by the parity of small prime exponents and Legendre symbols, then
-  :func:`math.isqrt`), each group's terms summed exactly as one rational times one square root.
-  The square roots of rationals from different classes are linearly independent over
-  :math:`\mathbb Q`, so the sum is rational exactly when every irrational group's coefficient
-  vanishes; a rational sum is rounded exactly, ties to even, and an irrational one, which no
-  boundary equals, is bracketed by integer square roots of doubling precision until both ends
-  round alike (which must happen).
+  (cancellation, or a value on a boundary) is rounded exactly by
+  :class:`lneps.kernel.root_sums.ExactColumnGradient`: the rows grouped by the class of
+  :math:`\sigma` modulo rational squares, each group summed as one rational times one square
+  root, which decides whether the column is rational.
 * **dβ** is a sum of floats: :func:`math.fsum` is the float64 number nearest to it, and a
   second :func:`math.fsum` of the rest gives the exact sign of what it left out, which is all
   :func:`lneps.kernel.rounding.round_pair` needs to round it once to a narrower format (an
@@ -69,7 +64,7 @@ non-finite g is the float64 sum. Everything else is the output format's nearest 
 exact value, ties to even, whatever the magnitudes (subnormal and overflowing results included).
 
 Cost: a few microseconds an element (Python integers in object arrays, rows in blocks of
-:data:`BLOCK_ELEMENTS` elements): 64 rows of 4096 float32 numbers take about 0.6 s of CPU time.
+:data:`BLOCK_ELEMENTS` elements); ``make bench`` measures it against the forward pass.
 
 This module does not use :mod:`lneps.oracle` (which judges the package); the tests judge it with
 rational and mpmath arithmetic of their own.
@@ -79,192 +74,26 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from math import isqrt
 
 import numpy as np
 
-from ..formats import format_of
+from ..formats import format_of, to_format
 from . import error_free as dd
-from ..formats import to_format
+from .integers import float_parts, product_parts, root_parts, scaled_integers
+from .root_sums import ExactColumnGradient
 from .rounding import decide_float64, near_boundary, round_pair
+from .surd import round_surd
 
-__all__ = ["layer_norm_gradients", "rms_norm_gradients", "round_root", "BLOCK_ELEMENTS"]
+__all__ = ["layer_norm_gradients", "rms_norm_gradients", "BLOCK_ELEMENTS"]
 
 #: Rows are processed in blocks of about this many elements (Python integers in object
 #: arrays: a few megabytes each).
 BLOCK_ELEMENTS = 1 << 15
 
-_U = 2.0**-53
-_SMALL = (4.0 * _U) * 1.01  # the 16- and 32-bit estimate's relative bound (3.01 u proven)
+_SMALL = (4.0 * dd.U) * 1.01  # the 16- and 32-bit estimate's relative bound (3.01 u proven)
 _DD = 2.0**-100  # the double-double products' relative bound (about 2^-102 proven)
 _KEYS = ("rows", "plain_rows", "exact_dx", "dgamma_columns_exact", "dgamma_columns_plain",
          "dgamma_refinements", "dbeta_fraction")
-
-
-# --- formats and exact rounding ---------------------------------------------------------------
-
-
-class _Format:
-    """p significand bits (implicit included), normal exponents emin..emax, from ml_dtypes."""
-
-    def __init__(self, dt):
-        f = format_of(dt)
-        self.dt = np.dtype(dt)
-        self.p, self.emin, self.emax = f.p, f.emin, f.emax
-
-
-def _floor_log2(n: int, d: int) -> int:
-    """The e with 2^e <= n/d < 2^(e+1), for integers n, d > 0."""
-    e = n.bit_length() - d.bit_length()
-    if e >= 0:
-        if n < (d << e):
-            e -= 1
-    elif (n << -e) < d:
-        e -= 1
-    return e
-
-
-def round_root(a, w, fmt) -> float:
-    r"""The number of format ``fmt`` (a dtype or a :class:`_Format`) nearest to
-    :math:`a/\sqrt w`, ties to even, for rationals a (any sign) and w > 0, as a Python float.
-
-    With :math:`2^e \le |a|/\sqrt w < 2^{e+1}` (from :math:`a^2/w`'s binary logarithm) and the
-    spacing :math:`2^q`, :math:`q = \max(e, e_{\min}) - p + 1`,
-    :math:`n = \lfloor |a|/(\sqrt w\,2^q) \rfloor = \mathrm{isqrt}(\lfloor a^2/(w 4^q)\rfloor)`,
-    and the rounding compares :math:`4a^2/(w4^q)` with :math:`(2n+1)^2` in integers. Beyond the
-    largest finite number plus half its spacing: ±inf. 0 gives +0; a nonzero value that
-    rounds to 0 keeps its sign.
-
-    >>> import numpy as np
-    >>> round_root(1, 2, np.float16)  # 1/sqrt(2) in float16
-    0.70703125
-    >>> round_root(2049, 1, np.float16), round_root(2051, 1, np.float16)  # ties to even
-    (2048.0, 2052.0)
-    """
-    fmt = fmt if isinstance(fmt, _Format) else _Format(fmt)
-    a, w = Fraction(a), Fraction(w)
-    if a == 0:
-        return 0.0
-    z = a * a / w
-    zn, zd = z.numerator, z.denominator
-    e = _floor_log2(zn, zd) >> 1  # floor(e2 / 2): 2^e <= |a|/sqrt(w) < 2^(e + 1)
-    q = max(e, fmt.emin) - fmt.p + 1
-    if q >= 0:
-        zd <<= 2 * q
-    else:
-        zn <<= -2 * q
-    n = isqrt(zn // zd)  # floor(sqrt(Z)) = isqrt(floor(Z))
-    c = 4 * zn - (2 * n + 1) ** 2 * zd
-    if c > 0 or (c == 0 and n & 1):
-        n += 1
-    if q > fmt.emax - fmt.p + 1 or (q == fmt.emax - fmt.p + 1 and n >= 1 << fmt.p):
-        v = math.inf
-    else:
-        v = math.ldexp(float(n), q)  # n <= 2^p: exact
-    return -v if a < 0 else v
-
-
-def _round_rational(v, fmt) -> float:
-    return round_root(v, 1, fmt)
-
-
-# --- integers from floats ---------------------------------------------------------------------
-
-
-def _scaled_ints(a: np.ndarray):
-    """Rows of finite float64 ``a`` as integers with a common exponent per row: ``(X, e)``,
-    X an object array of Python ints and e an int64 array, ``a[i] == X[i] * 2**e[i]`` exactly
-    (e the lowest set bit's exponent of the row; 0 for a row of zeros)."""
-    m, ex = np.frexp(a)
-    M = np.ldexp(m, 53).astype(np.int64)  # a = M 2^(ex - 53), |M| < 2^53
-    zero = M == 0
-    low = M & -M  # the lowest set bit of |M|
-    tz = np.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
-    tz[zero] = 0
-    lsb = ex.astype(np.int64) - 53 + tz
-    big = np.iinfo(np.int64).max
-    e = np.where(zero, big, lsb).min(axis=1) if a.shape[1] else np.zeros(a.shape[0], np.int64)
-    e = np.where(e == big, 0, e)
-    odd = M >> tz  # exact: the bits shifted out are zero
-    sh = np.where(zero, 0, lsb - e[:, None])
-    small = sh <= 62 - 53  # |odd| < 2^53: the shifted value fits an int64
-    X = np.where(small, odd << np.where(small, sh, 0), 0).astype(object)
-    if not small.all():
-        i = np.nonzero(~small)
-        X[i] = odd[i].astype(object) << sh[i].astype(object)
-    return X, e
-
-
-def _float_parts(N: np.ndarray, with_low: bool):
-    """Python ints N (object array) as ``(mh, ml, e)``: N ~ (mh + ml) 2^e elementwise, mh the
-    float64 rounding of N scaled into [0.5, 1) (0 for N = 0). Without ``with_low`` ml is None
-    and :math:`|N - m_h 2^e| \\le 2^{-53}|N|`; with it :math:`|N - (m_h+m_l)2^e| \\le 2^{-105}|N|`."""
-    try:
-        h = N.astype(np.float64)  # correctly rounded (int.__float__)
-    except OverflowError:  # beyond 2^1024: element by element
-        return _float_parts_slow(N, with_low)
-    m, e = np.frexp(h)
-    e = e.astype(np.int64)
-    if not with_low:
-        return m, None, e
-    M = np.ldexp(m, 53).astype(np.int64)  # h = M 2^(e - 53), an integer
-    sh = e - 53
-    neg = sh < 0
-    hint = np.where(neg, M >> np.where(neg, np.minimum(-sh, 63), 0), M).astype(object)
-    if (~neg).any():
-        hint = hint << np.where(neg, 0, sh).astype(object)
-    rest = (N - hint).astype(np.float64)  # |rest| <= 2^-53 |N|, rounded once more
-    return m, np.ldexp(rest, -e), e
-
-
-def _float_parts_slow(N, with_low):
-    mh, ml, e = (np.zeros(N.shape), np.zeros(N.shape), np.zeros(N.shape, dtype=np.int64))
-    for idx, v in np.ndenumerate(N):
-        v = int(v)
-        if v == 0:
-            continue
-        sign, A = (1 if v > 0 else -1), abs(v)
-        sh = max(A.bit_length() - 200, 0)
-        A >>= sh  # truncation: relative error below 2^-199
-        h = float(A)
-        low = float(A - int(h))
-        m, k = math.frexp(h)
-        mh[idx], ml[idx], e[idx] = sign * m, sign * math.ldexp(low, -k), k + sh
-    return mh, (ml if with_low else None), e
-
-
-def _products(G, eg, g, tau):
-    """G tau (Python ints) as :func:`_float_parts` with the low part: by one exact
-    :func:`lneps.kernel.error_free.two_prod` when every tau fits 53 bits (G = g 2^-eg always does), else
-    in integers."""
-    try:
-        tf = tau.astype(np.float64)
-    except OverflowError:  # beyond 2^1024
-        return _float_parts(G * tau, True)
-    Gf = np.ldexp(g, -eg[:, None])  # exact: G has at most 53 significant bits
-    if np.abs(tf).max(initial=0.0) < 2.0**53 and np.abs(Gf).max(initial=0.0) < 2.0**900:
-        p, pe = dd.two_prod(Gf, tf)  # exact: integers, no overflow
-        m, e = np.frexp(p)
-        return m, np.ldexp(pe, -e), e.astype(np.int64)
-    return _float_parts(G * tau, True)
-
-
-def _root_parts(num: int, den: int):
-    r""":math:`\sqrt{num/den}` (positive integers) as ``(h, l, e)``: :math:`(h + l) 2^e` within
-    :math:`2^{-104}` relative, h in [0.5, 1): an integer square root to 130 bits, then split."""
-    k = max(0, (262 - (num.bit_length() - den.bit_length())) // 2 + 1)
-    f = isqrt((num << (2 * k)) // den)  # sqrt(num 4^k / den) in [f, f + 1]: 2^-129 relative
-    h = float(f)
-    low = float(f - int(h))
-    m, j = math.frexp(h)
-    return m, math.ldexp(low, -j), j - k
-
-
-def _dd_mul(ah, al, bh, bl):
-    """Double-double product, within about 2^-102 relative of the exact (ah + al)(bh + bl)
-    for normalized pairs (|al| <= ulp(ah)) with products far from underflow."""
-    p, pe = dd.two_prod(ah, bh)
-    return dd.two_sum(p, pe + (ah * bl + al * bh))
 
 
 # --- the plain float64 formula ----------------------------------------------------------------
@@ -308,7 +137,7 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
         raise ValueError(f"x and dy must be 2-D of one shape; got {x.shape} and {dy.shape}")
     n, d = x.shape
     dt = np.dtype(x.dtype if dtype is None else dtype)
-    fmt = _Format(dt)
+    fmt = format_of(dt)
     counts = {} if counts is None else counts
     for key in _KEYS:
         counts.setdefault(key, 0)
@@ -338,7 +167,7 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
     gs = np.where(g_ok, g64, 0.0)  # (the integers need finite numbers)
     zero_s = np.zeros(n, dtype=bool)
     if gam is not None:
-        Gam, e_gam = _scaled_ints(np.where(np.isfinite(gam), gam, 0.0)[None, :])
+        Gam, e_gam = scaled_integers(np.where(np.isfinite(gam), gam, 0.0)[None, :])
         Gam, e_gam = Gam[0], int(e_gam[0])
     else:
         Gam, e_gam = None, 0
@@ -351,8 +180,8 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         for b0 in range(0, exact_rows.size, step):
             R = exact_rows[b0:b0 + step]
-            X, ex = _scaled_ints(x64[R])
-            G, eg = _scaled_ints(gs[R])
+            X, ex = scaled_integers(x64[R])
+            G, eg = scaled_integers(gs[R])
             if layer:
                 S = X.sum(axis=1)
                 tau = X * d - S[:, None]
@@ -385,9 +214,9 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
                 A[k] = c_dx * sigma
                 B[k] = int(SP[k]) * sigma if layer else 0
                 C[k] = c_dx * kappa * int(Eta[k])
-                h, l_, e = _root_parts(d, sigma**3)
+                h, l_, e = root_parts(d, sigma**3)
                 Fh[k], Fl[k], Fe[k] = h, l_, e + int(eg[k]) + e_gam - es // 2
-                h, l_, e = _root_parts(d, sigma)
+                h, l_, e = root_parts(d, sigma)
                 Ph[k], Pl[k], Pe[k] = h, l_, e + int(eg[k]) + exk - es // 2
             zero_s[R[~ok]] = True
             # dx = N 2^Fe (Fh + Fl), N exact
@@ -397,8 +226,8 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
             N -= tau * C[:, None]
             dx[R] = _decide_dx(N, Fh, Fl, Fe, ok & dx_rows[R], fmt, rows, R, e_gam, counts)
             # dgamma terms: g t / sqrt(s) = (G tau) 2^Pe (Ph + Pl)
-            mh, ml, me = _products(G, eg, gs[R], tau)
-            ph, pl = _dd_mul(mh, ml, Ph[:, None], Pl[:, None])
+            mh, ml, me = product_parts(G, eg, gs[R], tau)
+            ph, pl = dd.dd_mul(mh, ml, Ph[:, None], Pl[:, None])
             Ee = me + Pe[:, None]
             live = (mh != 0) & ok[:, None]
             nonzero_col |= live.any(axis=0)
@@ -435,12 +264,12 @@ def _gradients(kind, x, dy, gamma, eps, dtype, counts, want_beta):
 
 def _decide_dx(N, Fh, Fl, Fe, ok, fmt, rows, R, e_gam, counts):
     """dx of a block from exact numerators N and the rows' factors; flagged elements exactly."""
-    dt = fmt.dt
+    dt = fmt.dtype
     wide = dt == np.float64
-    mh, ml, me = _float_parts(N, wide)
+    mh, ml, me = float_parts(N, wide)
     E = me + Fe[:, None]
     if wide:
-        yh, yl = _dd_mul(mh, ml, Fh[:, None], Fl[:, None])
+        yh, yl = dd.dd_mul(mh, ml, Fh[:, None], Fl[:, None])
         inside = (E > -960) & (E < 1000)
         Ec = np.where(inside, E, 0)
         yh, yl = np.ldexp(yh, Ec), np.ldexp(yl, Ec)
@@ -461,7 +290,7 @@ def _decide_dx(N, Fh, Fl, Fe, ok, fmt, rows, R, e_gam, counts):
             sigma, es = rows.sigma[i], rows.es[i]
             a = Fraction(int(N[k, j])) * Fraction(2) ** (rows.eg[i] + e_gam)
             w = Fraction(sigma**3, d) * Fraction(2) ** es
-            out[k, j] = round_root(a, w, fmt)
+            out[k, j] = round_surd(a, w, 0, fmt)
         counts["exact_dx"] += int(flags.sum())
     return out.astype(dt)  # format numbers held in float64: exact
 
@@ -484,7 +313,7 @@ def _merge(a, b):
 
 def _decide_dgamma(acc, J, nonzero_col, fmt, kind, x64, g64, rows, counts):
     """dγ for columns J from the running double-double sums; undecided columns exactly."""
-    dt = fmt.dt
+    dt = fmt.dtype
     d = x64.shape[1]
     if acc is not None:
         Em, s, e, bound = acc
@@ -503,13 +332,13 @@ def _decide_dgamma(acc, J, nonzero_col, fmt, kind, x64, g64, rows, counts):
     else:
         Ec = np.clip(Em, -1100, 1100)
         y = np.ldexp(s + e, Ec)
-        delta = np.ldexp(bound + _U * np.abs(s + e) * 2, Ec)
+        delta = np.ldexp(bound + dd.U * np.abs(s + e) * 2, Ec)
         flags = near_boundary(y, dt, delta=delta) | ~certain
         out = to_format(y, dt).astype(np.float64)
     out = np.where(zero, 0.0, out)
     flags &= ~zero
     if flags.any():
-        exact_column = _ExactColumnGradient(fmt, kind, x64, g64, rows)
+        exact_column = ExactColumnGradient(fmt, kind, x64, g64, rows)
         for k in np.flatnonzero(flags):
             out[k] = exact_column(int(J[k]))
         counts["dgamma_columns_exact"] += int(flags.sum())
@@ -517,94 +346,10 @@ def _decide_dgamma(acc, J, nonzero_col, fmt, kind, x64, g64, rows, counts):
     return out.astype(dt)
 
 
-_PRIMES = [p for p in range(2, 200) if all(p % q for q in range(2, int(p**0.5) + 1))]
-
-
-def _class_key(sigma: int):
-    """``(key, R)``: sigma = (small primes) * R with R free of them; key holds the parities of
-    the small primes' exponents, R mod 8 and R's Legendre symbols modulo the odd small primes,
-    all equal for two sigmas whose product is a perfect square."""
-    mask = 0
-    R = sigma
-    for b, p in enumerate(_PRIMES):
-        while R % p == 0:
-            R //= p
-            mask ^= 1 << b
-    legendre = tuple(pow(R % p, (p - 1) // 2, p) for p in _PRIMES[1:12])
-    return (mask, R % 8, legendre), R
-
-
-class _ExactColumnGradient:
-    """dγ_j exactly: the rows grouped by the class of sigma modulo rational squares."""
-
-    def __init__(self, fmt, kind, x64, g64, rows):
-        self.fmt, self.kind, self.x64, self.g64, self.rows = fmt, kind, x64, g64, rows
-        self.refinements = 0
-        n, d = x64.shape
-        self.d = d
-        buckets = {}
-        self.rep = [0] * n  # each row's class representative (a row index)
-        for i in range(n):
-            key, R = _class_key(rows.sigma[i])
-            for rep, Rr in buckets.setdefault(key, []):
-                P = R * Rr
-                if isqrt(P) ** 2 == P:
-                    self.rep[i] = rep
-                    break
-            else:
-                buckets[key].append((i, R))
-                self.rep[i] = i
-
-    def __call__(self, j):
-        rows, d = self.rows, self.d
-        groups = {}
-        for i in range(self.x64.shape[0]):
-            gij = float(self.g64[i, j])
-            if gij == 0:
-                continue
-            ex = rows.ex[i]
-            X = Fraction(float(self.x64[i, j])) / Fraction(2) ** ex
-            tau = int(X) * d - rows.S[i] if self.kind == "layer" else int(X)
-            if tau == 0:
-                continue
-            r = self.rep[i]
-            sig_i, sig_r = rows.sigma[i], rows.sigma[r]
-            # g t / sqrt(s) = g tau 2^(ex - es/2) sqrt(d / sigma_i), and
-            # sqrt(d / sigma_i) = sqrt(d / sigma_r) isqrt(sigma_r sigma_i) / sigma_i
-            coef = Fraction(gij) * tau * Fraction(2) ** (ex - rows.es[i] // 2)
-            coef *= Fraction(isqrt(sig_r * sig_i), sig_i)
-            groups[r] = groups.get(r, 0) + coef
-        rational = Fraction(0)
-        roots = []  # (A, sigma): A sqrt(d / sigma)
-        for r, A in groups.items():
-            if A == 0:
-                continue
-            sig = rows.sigma[r]
-            root = isqrt(sig * d)
-            if root * root == sig * d:
-                rational += A * Fraction(root, sig)
-            else:
-                roots.append((A, sig))
-        if not roots:
-            return _round_rational(rational, self.fmt)
-        k = 64
-        while True:
-            self.refinements += 1
-            lo = hi = rational
-            for A, sig in roots:
-                f = isqrt((d << (2 * k)) // sig)  # sqrt(d / sig) 2^k in [f, f + 1]
-                a, b = A * Fraction(f, 1 << k), A * Fraction(f + 1, 1 << k)
-                lo, hi = lo + min(a, b), hi + max(a, b)
-            rl, rh = _round_rational(lo, self.fmt), _round_rational(hi, self.fmt)
-            if rl == rh and math.copysign(1.0, rl) == math.copysign(1.0, rh):
-                return rl
-            k *= 2
-
-
 def _dbeta(g64, fmt, counts):
     """Column sums of g, each rounded once to the format (NaN and inf: the float64 sum)."""
     n, d = g64.shape
-    dt = fmt.dt
+    dt = fmt.dtype
     with np.errstate(invalid="ignore", over="ignore"):
         plain = g64.sum(axis=0)
     fin = np.isfinite(g64).all(axis=0) if n else np.ones(d, dtype=bool)
@@ -620,7 +365,7 @@ def _dbeta(g64, fmt, counts):
             rj = math.fsum(cols[j] + [-hj]) if dt != np.float64 and hj != 0 else 0.0
         except OverflowError:  # a partial or the final sum beyond float64: rationals
             counts["dbeta_fraction"] += 1
-            exact[j] = _round_rational(sum(Fraction(v) for v in cols[j]), fmt)
+            exact[j] = round_surd(0, 1, sum(Fraction(v) for v in cols[j]), fmt)
             continue
         h[j], rest[j] = hj, rj
     out = h + 0.0 if dt == np.float64 else round_pair(h, rest, dt)

@@ -32,19 +32,9 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ..formats import Format, format_of
+from ..formats import Format
 
-__all__ = ["BinaryFormat", "binary_format", "round_surd"]
-
-
-#: An IEEE 754 binary format: ``p`` significand bits (the implicit one included), normal
-#: exponents ``emin..emax`` (:class:`lneps.formats.Format`, from the one registry).
-BinaryFormat = Format
-
-
-def binary_format(dtype) -> BinaryFormat:
-    """The :class:`lneps.formats.Format` of float16, bfloat16, float32 or float64."""
-    return format_of(dtype)
+__all__ = ["round_surd"]
 
 
 def _sign(v: int) -> int:
@@ -98,7 +88,7 @@ class _Surd:
         return min(ends), max(ends)
 
 
-def round_surd(a, s, b, fmt: BinaryFormat) -> float:
+def round_surd(a, s, b, fmt: Format) -> float:
     r"""The number of format ``fmt`` nearest to :math:`y = a/\sqrt{s} + b`, exactly.
 
     a, b and s >= 0 are rationals (anything :class:`fractions.Fraction` takes). Round to
@@ -107,6 +97,13 @@ def round_surd(a, s, b, fmt: BinaryFormat) -> float:
     zero is +0; a nonzero y that rounds to 0 is a zero of y's sign. s = 0: NaN for a = 0
     (the 0/0 of a constant row with ε = 0), else the infinity of a's sign. Returns a Python
     float (the format's number, exactly).
+
+    >>> from lneps.formats import format_of
+    >>> f16 = format_of("float16")
+    >>> round_surd(1, 2, 0, f16)  # 1/sqrt(2) in float16
+    0.70703125
+    >>> round_surd(0, 1, 2049, f16), round_surd(0, 1, 2051, f16)  # ties to even
+    (2048.0, 2052.0)
     """
     a, s, b = Fraction(a), Fraction(s), Fraction(b)
     if s < 0:

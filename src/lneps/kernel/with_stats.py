@@ -10,9 +10,9 @@ import numpy as np
 
 from .double_double import inference
 from .exact import exact_affine, exact_root
-from ..formats import to_format
+from ..formats import format_of, to_format
 from .rounding import FAST_FORMATS
-from .surd import binary_format, round_surd
+from .surd import round_surd
 from .driver import BLOCK_ELEMENTS, _KEYS
 
 __all__ = ["normalize_with"]
@@ -74,7 +74,7 @@ def _with_block(x2d, m, v, eps, gg, bb, counts):
         done &= s_hi[I] != 0  # 0/0 and a/0: left to the rational arithmetic
         counts["exact_elements"] += int(flags.sum())
         out[I[done], J[done]] = to_format(values[done], dt) if fast else values[done]
-        fmt = binary_format(dt)
+        fmt = format_of(dt)
         for i, j in zip(I[~done], J[~done]):
             counts["fraction_elements"] += 1
             q = Fraction(float(x[i, j])) - Fraction(float(m[i, 0]))
