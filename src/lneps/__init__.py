@@ -6,7 +6,7 @@ The package has three parts, each a folder:
   ``batch_norm``, correctly rounded by default (:mod:`lneps.norms`); their backward passes
   (:mod:`lneps.backward`), the Jacobian (:mod:`lneps.jacobian`) and the softmax, all importable
   from ``lneps`` directly; grading a kernel against them (:mod:`lneps.testing`, with
-  :mod:`lneps.ulp`, on the input families of :mod:`lneps.families`); the naive arithmetic rounded to a format (:mod:`lneps.naive`, with
+  :func:`lneps.formats.ulp`, on the input families of :mod:`lneps.families`); the naive arithmetic rounded to a format (:mod:`lneps.naive`, with
   :mod:`lneps.formats`);
 * **the kernel** that computes the correctly rounded results (:mod:`lneps.kernel`: a float64
   tier, double-double and triple precision, exact ties; error-free transforms in
@@ -34,8 +34,8 @@ from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_defaul
 from .softmax import *  # noqa: F403
 from .softmax import __all__ as _softmax_all
 
-_SUBMODULES = ("testing", "families", "norms", "backward", "jacobian", "softmax", "naive", "formats", "ulp",
-               "kernel", "oracle", "book")
+_SUBMODULES = ("testing", "families", "norms", "backward", "jacobian", "softmax", "naive", "formats", "kernel",
+               "oracle", "book")
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
            *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]

@@ -47,7 +47,7 @@ import numpy as np
 
 from ._checks import check_float_dtype, check_positive_int
 from .formats import format_of
-from .ulp import ulp
+from .formats import ulp
 
 __all__ = ["KINDS", "FAMILIES", "HARD", "Family", "InputFamily", "names", "get", "draw"]
 

@@ -7,8 +7,13 @@ subnormal and largest number. Every module asks it (the kernel, the testing tool
 only the exact oracle keeps its own reading, so that the judge shares nothing with what it
 judges. Every figure is read from ``ml_dtypes.finfo``, which answers for NumPy's formats and
 for ``ml_dtypes.bfloat16`` alike (``np.finfo`` rejects bfloat16); a test holds them to IEEE
-754's table. The ulp is :func:`lneps.ulp.ulp`; rounding a float64 value once to a format is
-:func:`round_to` (:func:`to_format` without the checks, for the kernel and the testing tool).
+754's table. Rounding a float64 value once to a format is :func:`round_to` (:func:`to_format`
+without the checks, for the kernel and the testing tool).
+
+The unit in the last place: for a format with p significand bits,
+:math:`\operatorname{ulp}(r) = 2^{e-p+1}` where :math:`2^e \le |r| < 2^{e+1}`, and never less
+than the smallest subnormal (:func:`ulp`); rounding to nearest is then within 0.5 ulp of the
+value it rounds. Errors are measured in it by :func:`ulp_error` and :func:`worst_ulp_error`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ __all__ = [
     "format_of",
     "FORMATS",
     "round_to",
+    "ulp",
+    "ulp_error",
+    "worst_ulp_error",
     "EPS_FATES",
     "significant_digits",
     "format_info",
@@ -161,6 +169,51 @@ def round_to(y, dtype) -> np.ndarray:
     array([1, 1.00781], dtype=bfloat16)
     """
     return to_format(np.asarray(y, dtype=np.float64), check_float_dtype(dtype))
+
+
+# --- ulp: a format's spacing, and errors measured in it -----------------------------------
+
+
+def ulp(r, dtype) -> np.ndarray:
+    r"""Spacing of ``dtype``'s numbers at :math:`|r|` (float64 array): :math:`2^{e-p+1}`,
+    :math:`2^e \le |r| < 2^{e+1}`, floored at the smallest subnormal.
+
+    >>> ulp([1.0, 1.5, 2.0, 0.0], np.float16)
+    array([9.76562500e-04, 9.76562500e-04, 1.95312500e-03, 5.96046448e-08])
+    """
+    fi = _finfo(dtype)
+    out = np.array(r, dtype=np.float64)  # a copy, worked on in place
+    np.abs(out, out=out)
+    bits = out.view(np.uint64)
+    finite = bits < _INF_BITS
+    # 2^floor(log2 |r|) is |r| with its fraction bits cleared (0 below float64's normal range)
+    np.bitwise_and(bits, _EXPONENT, out=bits)
+    out *= 2.0 ** -int(fi.nmant)
+    np.maximum(out, 2.0 ** (int(fi.minexp) - int(fi.nmant)), out=out)
+    if not np.all(finite):  # inf and NaN: as np.frexp reads them, exponent 0
+        out = np.where(finite, out, 2.0 ** (max(-1, int(fi.minexp)) - int(fi.nmant)))
+    return out
+
+
+_EXPONENT = np.uint64(0x7FF0000000000000)
+_INF_BITS = np.uint64(0x7FF0000000000000)
+
+
+def ulp_error(result, reference, dtype) -> np.ndarray:
+    """``|result - reference|`` in ulps of ``dtype`` at the (finite, float64) reference.
+
+    A NaN or infinite result where the reference is finite counts as an infinite error.
+    """
+    res = np.asarray(result).astype(np.float64)
+    ref = np.asarray(reference, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(res - ref) / ulp(ref, dtype)
+    return np.where(np.isfinite(res) | ~np.isfinite(ref), err, np.inf)
+
+
+def worst_ulp_error(result, reference, dtype) -> float:
+    """The largest :func:`ulp_error` (a Python float; ``inf`` if any output is NaN or inf)."""
+    return float(np.max(ulp_error(result, reference, dtype)))
 
 
 def significant_digits(dtype) -> float:

@@ -241,7 +241,7 @@ def test_worst_scaled_is_lneps_testing_scaled_error():
         for key, p in d["probes"].items():
             if p["op"] == "group_norm":
                 continue
-            x = np.array([p["input"]]).astype(FW._dtype(p["dtype"]))
+            x = np.array([p["input"]]).astype({"float16": F16, "bfloat16": BF16, "float32": F32}[p["dtype"]])
             y = np.array([p["output"]]).astype(x.dtype)
             row = FW.find(d, op=p["op"], dtype=p["dtype"], family=p["row"], d=8, eps=p["eps"])
             op = "rms_norm" if p["op"] == "rms_norm" else "layer_norm"

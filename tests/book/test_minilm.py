@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-import lneps
 from lneps.book import minilm
+from lneps.book.minilm import encoder
 from network_data import measurements, model, reference, sentences, unpack
 
 
@@ -120,13 +120,13 @@ def test_environment_variable_points_at_another_folder(tmp_path, monkeypatch):
 
 def test_every_layer_norm_goes_through_lneps_layer_norm(monkeypatch):
     calls = []
-    real = lneps.book.minilm.layer_norm
+    real = encoder.layer_norm
 
     def spy(x, *args, **kwargs):
         calls.append(x.shape)
         return real(x, *args, **kwargs)
 
-    monkeypatch.setattr(lneps.book.minilm, "layer_norm", spy)
+    monkeypatch.setattr(encoder, "layer_norm", spy)
     m = model()
     minilm.forward(m, minilm.encode(m, ["One.", "Two words."]))
     assert len(calls) == 13

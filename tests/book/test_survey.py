@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps import ulp
 from lneps.book import report, survey
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64

@@ -16,6 +16,7 @@ import lneps.testing.forward_error
 import lneps.testing.kernel_classes
 import lneps.testing.two_pass
 from lneps.book import kernel_zoo as kz
+from lneps.book import zoo_grades as zg
 from lneps.testing import families, two_pass_bound
 from lneps.testing.forward_error import forward_bound
 from lneps.testing.kernel_classes import KERNEL_CLASSES
@@ -27,7 +28,7 @@ F32, F64 = np.float32, np.float64
 def _scaled(a, x, eps, gamma=None, beta=None, op="layer_norm"):
     x64 = x.astype(F64)
     y = lneps.layer_norm(x64, gamma, beta, eps=eps) if op == "layer_norm" else lneps.rms_norm(x64, gamma, eps=eps)
-    return kz.scaled_error(a, y, gamma, a.dtype)
+    return zg.scaled_error(a, y, gamma, a.dtype)
 
 
 @pytest.mark.parametrize("module", [lneps.testing.forward_error, lneps.testing.kernel_classes,

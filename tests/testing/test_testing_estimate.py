@@ -82,7 +82,7 @@ def test_the_floor_lies_under_the_bound(op, dtype):
                     bound = forward_bound(op, **kw)
                     floor = bound_floor(op, **kw)
                     scale = 1.0 if gain is None else np.abs(gain.astype(np.float64))
-                    den = lneps.ulp.ulp(np.fmax(np.abs(y), scale), dtype)
+                    den = lneps.formats.ulp(np.fmax(np.abs(y), scale), dtype)
                     with np.errstate(invalid="ignore"):
                         assert np.all(scale * floor / den <= bound), (d, name, kernels)
 

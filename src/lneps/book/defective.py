@@ -6,8 +6,8 @@ float32 (gamma, beta: None or shape (d,) in the same format) and returns x's dty
 one follows the model of :func:`lneps.testing.two_pass_bound` (float32 throughout, NumPy's
 pairwise sums, 1/sqrt of a rounded square root); each defect changes one thing.
 :mod:`lneps.book.kernel_zoo` holds the larger zoo (Welford, Chan's merges, one pass in float64,
-a 2-ulp rsqrt, RMS norm) graded by :func:`lneps.testing.forward_bound` and
-:func:`lneps.testing.systematic.scale_bias`.
+a 2-ulp rsqrt, RMS norm), which :mod:`lneps.book.zoo_grades` grades with
+:func:`lneps.testing.forward_bound` and :func:`lneps.testing.systematic.scale_bias`.
 """
 
 from __future__ import annotations

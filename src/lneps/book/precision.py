@@ -2,9 +2,9 @@
 
 The work is done in one module per idea, re-exported here:
 
-* :mod:`lneps.formats`: the formats, and which epsilon survives them;
+* :mod:`lneps.formats`: the formats, the ulp and errors measured in it, and which epsilon
+  survives them;
 * :mod:`lneps.naive`: arithmetic with every operation rounded to a format;
-* :mod:`lneps.ulp`: the error of a result in units in the last place;
 * :mod:`lneps.book.survey`: the stress families surveyed (``FAMILIES``, names of
   :mod:`lneps.families`, the one registry of input families) and worst-error surveys;
 * :mod:`lneps.oracle`: the exact reference;
@@ -19,11 +19,9 @@ from ..naive import *  # noqa: F403
 from ..naive import __all__ as _naive_all
 from .survey import *  # noqa: F403
 from .survey import __all__ as _survey_all
-from ..ulp import *  # noqa: F403
-from ..ulp import __all__ as _ulp_all
 
 # (The oracle's own layer_norm and rms_norm stay lneps.oracle's: here they would read as the
 # package's.)
 _oracle_all = ["layer_norm_exact", "rms_norm_exact", "layer_norm_value", "rms_norm_value"]
-__all__ = [*_formats_all, *_naive_all, *_ulp_all, *_oracle_all, *_survey_all,
+__all__ = [*_formats_all, *_naive_all, *_oracle_all, *_survey_all,
            "fmt_ulp", "text_table"]

@@ -2,7 +2,7 @@ r"""The families of rows that break low-precision layer norms, and surveys of th
 
 The families are :mod:`lneps.families`'s (:data:`FAMILIES` names the ones surveyed). A survey
 draws rows from each family at each row length d, stores them in a format, and
-measures every method's error in ulp (:mod:`lneps.ulp`) against the exact oracle
+measures every method's error in ulp (:func:`lneps.formats.ulp`) against the exact oracle
 (:mod:`lneps.oracle`) with :func:`oracle_survey`: the error against the exact real value, whether each output is the
 correctly rounded one, and the elements whose exact value is 0, counted apart (their ulp is
 the smallest subnormal, so any other answer would count as about 1e37 ulp).
@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import families as registry
 from .._checks import check_float_dtype, check_positive_int
-from ..ulp import ulp
+from ..formats import ulp
 
 __all__ = [
     "FAMILIES",

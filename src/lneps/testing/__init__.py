@@ -19,7 +19,7 @@ bfloat16, float32 or float64; p significand bits):
   which differs from the true r only if e lies exactly on a midpoint of the format while
   the real value does not; ``Report.uncertain`` counts the elements where e is a midpoint.
 * ulp: the format's spacing at :math:`|e|`, :math:`2^{E-p+1}` for :math:`2^E \le |e| <
-  2^{E+1}`, never below the smallest subnormal (:func:`lneps.ulp.ulp`); an exact 0 has the
+  2^{E+1}`, never below the smallest subnormal (:func:`lneps.formats.ulp`); an exact 0 has the
   smallest subnormal as its ulp. ``ulp`` error: :math:`|a-e|` in ulp of :math:`e`;
   ``scaled`` error: :math:`|a-e|` in ulp of :math:`\max(|e|, s)`, with s = ``scale``
   (broadcast against ``actual``), else :math:`|\gamma|` where the op applies it, else 1: an
@@ -39,14 +39,14 @@ fail is the exact one; only the Report's arrays, computed on demand, take the ex
 
 from .arguments import DEFAULT, OPS, WRT
 from .assertions import assert_close, default_tolerance
-from .backward_bound import backward_bound, backward_scale
-from .families import Family, families
+from .backward_error import backward_bound, backward_scale
+from .hard_inputs import Family, families
 from .forward_error import forward_bound
 from .grading import compare
 from .kernel_classes import KERNEL_CLASSES
 from .report import Report
 from .systematic import ScaleBias, ScaleTest, scale_bias
-from .two_pass import U32, two_pass_bound
+from .two_pass import two_pass_bound
 
 #: The ops :func:`compare` and :func:`assert_close` grade: lneps's four normalizations and the
 #: backward passes of layer and RMS norm.

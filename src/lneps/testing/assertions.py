@@ -36,7 +36,7 @@ def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-
         return forward_bound(op, x=x, gamma=gamma, beta=beta, eps=eps, dtype=actual_dtype, axis=axis,
                              exact=exact, stats=stats, kernels=KERNEL_CLASSES if kernels is None else kernels)
     if op in WRT:
-        from .backward_bound import backward_bound
+        from .backward_error import backward_bound
 
         return backward_bound(op.removesuffix("_backward"), wrt, x=x, dy=dy, gamma=gamma, eps=eps,
                               dtype=actual_dtype, axis=axis)
@@ -166,7 +166,7 @@ def assert_close(actual, *args, **kwargs):
 #: The test across rows reads at least this many elements, and this many rows, where the output
 #: has them: blocks evenly spread over the output beyond that (a scale error every row shares
 #: shows in any of them; the d - 1 variance and eps after the square root at d = 4096 show in
-#: 64 rows, tests/book/test_kernel_zoo.py).
+#: 64 rows, tests/book/test_zoo_grades.py).
 _TEST_ELEMENTS, _TEST_ROWS = 1 << 22, 1024
 
 

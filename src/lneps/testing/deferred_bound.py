@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ulp import ulp
+from ..formats import ulp
 from ._arrays import _axes
 from .estimated_errors import _measure
 from .exact_errors import _row_index

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..oracle import round_float64
-from ..ulp import ulp
+from ..formats import ulp
 from ._arrays import _as_numpy, _axes
 from .arguments import DEFAULT, _Graded
 
@@ -161,7 +161,7 @@ def _grade_backward(op, wrt, a, xa, dy, g, b, eps, axis, scale, dt):
             raise ValueError(f"actual has shape {a.shape} but the reference ({op}, wrt={wrt!r}) has shape {e.shape}")
         r, uncertain = _reference(e, lambda z: f(z, dy.astype(dt)), xa, dt)
     if scale is None:
-        from .backward_bound import backward_scale
+        from .backward_error import backward_scale
 
         s = backward_scale(op.removesuffix("_backward"), wrt, x=xa, dy=dy, gamma=g, eps=eps, axis=ax)
     else:

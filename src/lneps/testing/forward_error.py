@@ -188,7 +188,7 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
     >>> bound = forward_bound("layer_norm", x=x, eps=1e-5)
     >>> y = lneps.layer_norm(x, eps=1e-5, compute_dtype=np.float32)  # a naive float32 kernel
     >>> exact = lneps.layer_norm(x.astype(np.float64), eps=1e-5)
-    >>> scaled = np.abs(y - exact) / lneps.ulp.ulp(np.fmax(np.abs(exact), 1), np.float32)
+    >>> scaled = np.abs(y - exact) / lneps.formats.ulp(np.fmax(np.abs(exact), 1), np.float32)
     >>> bool((scaled <= bound).all()), round(float(bound.max()), -2)
     (True, 8000.0)
     """

@@ -49,7 +49,7 @@ class _Fmt:
         self.big = f.largest
 
     def ulp(self, v, out=None):
-        """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.ulp.ulp`."""
+        """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.formats.ulp`."""
         out = np.empty_like(v) if out is None else out
         np.bitwise_and(v.view(np.int64), _EXPONENT, out=out.view(np.int64))  # 2^floor(log2 v), 0 for 0
         out *= self.scale

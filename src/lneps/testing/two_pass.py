@@ -15,7 +15,7 @@ import numpy as np
 from .. import norms
 from .._checks import check_float_dtype, check_real
 from ..formats import _finfo
-from ..ulp import ulp
+from ..formats import ulp
 from ._arrays import _FORMATS, _as_numpy, _axes
 
 __all__ = ["U32", "two_pass_bound"]

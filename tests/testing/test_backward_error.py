@@ -1,4 +1,4 @@
-"""lneps.testing.backward_bound: correct float32 backward kernels (written here in NumPy) never
+"""lneps.testing.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
 exceed the derived tolerance, and defective ones do where their defect shows.
 
 Run with ``-s`` to see the measured ratios (worst error / bound) per kernel, family and d."""
@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import lneps
-import importlib
 
-bb = importlib.import_module("lneps.testing.backward_bound")  # the module (lneps.testing.backward_bound is also the function)
-from lneps.testing.backward_bound import backward_bound, backward_scale
-from lneps.ulp import ulp
+from lneps.testing import backward_error as bb
+from lneps.testing.backward_error import backward_bound, backward_scale
+from lneps.formats import ulp
 
 F32 = np.float32
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -84,7 +84,7 @@ from .. import backward as _backward
 from .. import norms
 from .._checks import check_axis, check_eps
 from ..formats import _finfo
-from ..ulp import ulp
+from ..formats import ulp
 from ._arrays import _FORMATS, _as_numpy
 
 __all__ = ["backward_bound", "backward_scale", "BACKWARD_OPS", "BACKWARD_WRT"]

@@ -1,0 +1,22 @@
+"""What the frameworks compute: PyTorch, Flax, ONNX Runtime and ONNX's reference evaluator,
+measured against lneps and stored in ``src/lneps/book/data/frameworks/``.
+
+Nothing here imports a framework (``tools/measure_frameworks.py`` runs them). Modules:
+
+* ``measured``: the grid and the rows the frameworks run on, and how an output is scored
+  (:func:`error_summary`, :func:`output_digest`);
+* ``stored``: the stored files, their schema, writing, reading and comparing them
+  (:func:`dump`, :func:`load`, :func:`compare`);
+* ``findings``: what the book reads out of them (:func:`aggregate`, :func:`summary_rows`,
+  :func:`eps_verdict`).
+"""
+
+# Each module's public names, re-exported: the package's face is the union of the three.
+from .findings import *  # noqa: F403
+from .findings import __all__ as _findings_all
+from .measured import *  # noqa: F403
+from .measured import __all__ as _measured_all
+from .stored import *  # noqa: F403
+from .stored import __all__ as _stored_all
+
+__all__ = [*_measured_all, *_stored_all, *_findings_all]
