@@ -12,6 +12,8 @@ threadpoolctl). Each is loaded on first use (``lneps.book.survey``):
   ``frameworks``, ``incidents``, reading the tables of facts in ``data/``;
 * the trained network: ``minilm`` and ``activations``, in the defined arithmetic of
   ``exact_ops`` (each operation's exact result, rounded once);
+* testing a kernel: ``defective`` and ``kernel_zoo`` (correct and defective kernels), graded
+  by ``zoo_grades``;
 * the figures and the slider: ``figures``, ``slider``.
 """
 
@@ -19,7 +21,7 @@ import importlib
 
 _MODULES = ("symbolic", "symbolic_backward", "response", "precision", "survey", "report",
             "defaults", "eps_swap", "eps_tables", "frameworks", "incidents", "minilm", "activations",
-            "exact_ops", "figures", "slider", "training")
+            "exact_ops", "defective", "kernel_zoo", "zoo_grades", "figures", "slider", "training")
 
 
 def __getattr__(name):
