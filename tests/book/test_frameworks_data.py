@@ -19,6 +19,10 @@ from notebooks import glued
 
 F16, BF16, F32 = np.float16, ml_dtypes.bfloat16, np.float32
 ROOT = Path(__file__).resolve().parents[2]
+# The measuring tool's modules (tools/): where it writes, and spread.json's reader.
+sys.path.insert(0, str(ROOT / "tools"))
+import framework_runs  # noqa: E402
+import framework_spread  # noqa: E402
 DATA = FW.load_all()
 
 
@@ -269,12 +273,7 @@ def test_summary_rows_and_the_eps_rule():
 def test_the_measuring_tool_writes_the_files_the_book_reads():
     # tools/measure_frameworks.py rewrites this checkout's package data; after the package
     # moved into lneps/book/ it once wrote to the old folder, which nothing reads.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("measure_frameworks", ROOT / "tools" / "measure_frameworks.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    assert tool.STORED == FW.DATA_DIR.resolve()
+    assert framework_runs.STORED == FW.DATA_DIR.resolve()
 
 
 # --- spread.json: how far each count moves across arithmetic profiles --------------------------
@@ -284,12 +283,7 @@ FLAX_OPS = ("layer_norm", "layer_norm_two_pass", "rms_norm")
 
 
 def _spread():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("measure_frameworks", ROOT / "tools" / "measure_frameworks.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool, tool.load_spread()
+    return framework_spread, framework_spread.load_spread()
 
 
 def test_spread_has_its_provenance_and_every_framework():

@@ -56,6 +56,7 @@ compiles once per shape, two d at eps = 1e-12, where its rows move most.
 
 import importlib.util
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -77,21 +78,16 @@ if MISSING and os.environ.get("CI"):
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"frameworks extra not installed ({MISSING})")
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("measure_frameworks", ROOT / "tools" / "measure_frameworks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+# The measuring tool's modules (tools/: the runners, the spread across profiles, the command).
+sys.path.insert(0, str(ROOT / "tools"))
+import framework_runs  # noqa: E402
+import framework_spread  # noqa: E402
+import measure_frameworks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tool():
-    return _tool()
-
-
-@pytest.fixture(scope="module")
-def spread(tool):
-    return tool.load_spread()
+def spread():
+    return framework_spread.load_spread()
 
 
 GRIDS = {
@@ -130,27 +126,27 @@ def test_extra_is_cpu_only():
 
 
 @pytest.mark.parametrize("fw", list(GRIDS))
-def test_remeasure_matches_stored(fw, tool, spread, record_property):
-    runner = tool.RUNNERS[fw]()
+def test_remeasure_matches_stored(fw, spread, record_property):
+    runner = framework_runs.RUNNERS[fw]()
     stored = FW.load(fw)
     section = spread["frameworks"][fw]
     assert _versions(runner) == section["versions"], (
         f"{fw} is not the version spread.json measured: re-make it (tools/measure_frameworks.py --spread)")
     rows = {_key(r): r for r in section["rows"]}
     old = {_key(r): r for r in stored["results"]}
-    model, flags = tool.cpu_info()
+    model, flags = framework_runs.cpu_info()
     same = (flags == stored["cpu_flags"] and runner.versions() == {k: stored["versions"][k] for k in runner.versions()}
-            and not any(os.environ.get(v) for v in tool.PROFILE_VARS))
-    blocks = tool.ReferenceBlocks()  # the reference, computed only for a row whose output is new
+            and not any(os.environ.get(v) for v in framework_spread.PROFILE_VARS))
+    blocks = framework_spread.ReferenceBlocks()  # the reference, computed only for a row whose output is new
     unsupported, measured, new, problems = {}, 0, [], []
-    for op, dtype, d, eps, fams, bounds, x, y in tool.run_grid(runner, unsupported, **GRIDS[fw]):
+    for op, dtype, d, eps, fams, bounds, x, y in framework_runs.run_grid(runner, unsupported, **GRIDS[fw]):
         for k, family in enumerate(fams):
             key, ys = (op, dtype, family, d, eps), y[bounds[k]:bounds[k + 1]]
             digest = FW.output_digest(ys)
             measured += 1
             if same:  # rule 1
                 assert digest == old[key]["sha256"], key
-            elif digest[:tool.DIGEST_CHARS] not in {o["sha256"] for o in rows[key]["outputs"]}:  # rule 3
+            elif digest[:framework_spread.DIGEST_CHARS] not in {o["sha256"] for o in rows[key]["outputs"]}:  # rule 3
                 new.append(key)
                 counts = blocks.summary(op, dtype, family, d, eps, ys)
                 problems += [f"{key}: {p}" for p in beyond_tolerance(rows[key], old[key], counts)]
@@ -170,23 +166,23 @@ def test_remeasure_matches_stored(fw, tool, spread, record_property):
                           + "\n".join(problems[:20]))
 
 
-def test_an_output_no_profile_produced_is_judged_by_the_spread(tool, spread):
+def test_an_output_no_profile_produced_is_judged_by_the_spread(spread):
     """Rule 3 on every machine: Flax's layer_norm in float32 at d = 768, eps = 1e-12 (the
     issue's block, the largest spread), its counts computed against lneps's reference whatever
     the digest says. Where spread.json knows the output, the counts must also be the ones it
     stores: its counts were made against this reference."""
-    runner = _tool().RUNNERS["flax"]()
+    runner = framework_runs.RUNNERS["flax"]()
     stored = {_key(r): r for r in FW.load("flax")["results"]}
     rows = {_key(r): r for r in spread["frameworks"]["flax"]["rows"]}
-    blocks = tool.ReferenceBlocks()
+    blocks = framework_spread.ReferenceBlocks()
     checked = 0
-    for op, dtype, d, eps, fams, bounds, x, y in tool.run_grid(runner, {}, dtypes=("float32",), ds=(768,),
+    for op, dtype, d, eps, fams, bounds, x, y in framework_runs.run_grid(runner, {}, dtypes=("float32",), ds=(768,),
                                                                 eps_values=(1e-12,), ops=("layer_norm",)):
         for k, family in enumerate(fams):
             key, ys = (op, dtype, family, d, eps), y[bounds[k]:bounds[k + 1]]
             counts = blocks.summary(op, dtype, family, d, eps, ys)
             assert not beyond_tolerance(rows[key], stored[key], counts), key
-            known = {o["sha256"]: o for o in rows[key]["outputs"]}.get(FW.output_digest(ys)[:tool.DIGEST_CHARS])
+            known = {o["sha256"]: o for o in rows[key]["outputs"]}.get(FW.output_digest(ys)[:framework_spread.DIGEST_CHARS])
             if known is not None:
                 assert counts == {c: known[c] for c in counts}, key
             checked += 1
@@ -198,12 +194,11 @@ def test_remeasure_eps_handling_and_probes():
     scalar one: under ATEN_CPU_CAPABILITY=default (measured on the AVX2 machine) layer_norm's
     constant-60000 rows come out correctly rounded, 0, not the fused multiply-add's residue
     -2048 of the vectorized kernels (AVX2 and AVX-512 alike)."""
-    tool = _tool()
-    runner = tool.RUNNERS["torch"]()
+    runner = framework_runs.RUNNERS["torch"]()
     stored = FW.load("torch")
-    eps = tool.measure_eps_handling(runner)
+    eps = measure_frameworks.measure_eps_handling(runner)
     assert {k: v["best"] for k, v in eps.items()} == {k: v["best"] for k, v in stored["eps_handling"].items()}
-    probes = tool.measure_probes(runner)
+    probes = measure_frameworks.measure_probes(runner)
     assert probes.keys() == stored["probes"].keys()
     scalar = runner.versions()["cpu_capability"] == "DEFAULT"
     residue = probes["layer_norm | float16 | constant_60000 | 1e-12"]["output"]
