@@ -18,10 +18,9 @@ any of these formats exactly, ties to even, 0 as +0.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from ..formats import NARROW, to_format
+from ..formats import NARROW, format_of, to_format
 from . import error_free as dd
 
 __all__ = ["FAST_FORMATS", "near_boundary", "decide_float64", "round_pair"]
@@ -44,10 +43,10 @@ def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
     is an exact zero.
     """
     dt = np.dtype(dtype)
-    fi = ml_dtypes.finfo(dt)
+    f = format_of(dt)
     shape = np.shape(y)
     yf = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
-    k = 52 - int(fi.nmant)  # float64 fraction bits below the format's
+    k = 53 - f.p  # float64 fraction bits below the format's
     half = 1 << (k - 1)
     b = yf.view(np.uint64)
     bound = rel if delta is None else delta
@@ -71,7 +70,7 @@ def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
         flag = (np.abs(low - half) <= ulps) | (ulps >= half // 4)
     # Exponent fields below the format's normal range (zero included), or inf/NaN: checked apart.
     e = b & np.uint64(0x7FF0000000000000)
-    e_tiny = np.float64(fi.smallest_normal).view(np.uint64)
+    e_tiny = np.float64(2.0**f.emin).view(np.uint64)
     e -= e_tiny
     special = e >= np.uint64(0x7FF0000000000000) - e_tiny
     if special.any():
@@ -87,8 +86,8 @@ def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
             hi += np.abs(hi) * 2.0**-51 + np.where(dd_ > 0, 2.0**-1074, 0.0)
             # Below twice the smallest normal number the format's spacing is its smallest
             # subnormal q, so rounding is rint(v / q) (ties to even, sign kept); beyond, a cast.
-            q = float(fi.smallest_subnormal)
-            if (np.maximum(np.abs(lo), np.abs(hi)) < 2 * float(fi.smallest_normal)).all():
+            q = f.tiny
+            if (np.maximum(np.abs(lo), np.abs(hi)) < 2 * 2.0**f.emin).all():
                 lo, hi = np.rint(lo / q), np.rint(hi / q)
             else:
                 lo, hi = to_format(lo, dt).astype(np.float64), to_format(hi, dt).astype(np.float64)
@@ -172,8 +171,8 @@ def round_pair(h: np.ndarray, l: np.ndarray, dtype) -> np.ndarray:
         hh, ll, rr = h.reshape(-1)[fix], l.reshape(-1)[fix], r.reshape(-1)[fix]
         other = _neighbour(rr, hh, dt)  # the format number on h's other side
         on_boundary = (hh - rr.astype(np.float64)) == (other - hh)  # exact: neighbours of h
-        fi = ml_dtypes.finfo(dt)
-        threshold = float(fi.max) + 2.0 ** (int(fi.maxexp) - 2 - int(fi.nmant))  # max + half its spacing
+        f = format_of(dt)
+        threshold = f.largest + 2.0 ** (f.emax - f.p)  # the largest number plus half its spacing
         big = np.isinf(rr.astype(np.float64))
         on_boundary = np.where(big, np.abs(hh) == threshold, on_boundary)  # exactly the threshold
         beyond = np.where(big, np.sign(ll) != np.sign(hh), np.sign(ll) == np.sign(other - hh))

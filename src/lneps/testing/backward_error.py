@@ -83,8 +83,7 @@ import numpy as np
 from .. import backward as _backward
 from .. import norms
 from .._checks import check_axis, check_eps
-from ..formats import _finfo
-from ..formats import ulp
+from ..formats import format_of, ulp
 from ._arrays import _FORMATS, _as_numpy
 
 __all__ = ["backward_bound", "backward_scale", "BACKWARD_OPS", "BACKWARD_WRT"]
@@ -209,7 +208,7 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
     u, eta, n, d = rows.u, rows.eta, rows.X.shape[0], rows.d
     gm = lambda k: _gamma(k, u)  # noqa: E731
     dt = rows.dt
-    fmax = float(_finfo(np.float64 if rows.wide else np.float32).max) * (1 - 2.0**-20)
+    fmax = format_of(np.float64 if rows.wide else np.float32).largest * (1 - 2.0**-20)
     with np.errstate(all="ignore"):
         X, r = rows.X, rows.r
         sl = rows.slack
@@ -268,6 +267,6 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
             finite = finite & bool(np.isfinite(rows.gam).all())
         if rows.wrt != "x":
             finite = np.broadcast_to(finite.all(axis=0), out.shape) if n else np.ones(out.shape, dtype=bool)
-        out = np.where(risky | ~finite | ~np.isfinite(out) | (y + err > float(_finfo(dt).max)), np.inf, out)
+        out = np.where(risky | ~finite | ~np.isfinite(out) | (y + err > format_of(dt).largest), np.inf, out)
     out = np.asarray(out, dtype=np.float64)
     return rows.back(np.broadcast_to(out, (n, d)).copy()) if wrt == "x" else out

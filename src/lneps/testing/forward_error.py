@@ -25,14 +25,13 @@ the bound that :func:`lneps.testing.assert_close` tries first is
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from .. import norms
-from .._checks import check_axes, check_float_dtype, check_param_shape, check_real
+from .._checks import check_axes, check_eps, check_float_dtype, check_param_shape
 from ._arrays import _FORMATS, _as_numpy
-from .kernel_classes import _ACC, KERNEL_CLASSES, _eval, _finish, _Fmt, _g, _prune, _row_stats
+from .kernel_classes import _ACC, KERNEL_CLASSES, _eval, _finish, _Fmt, _prune, _row_stats, gamma_n
 
 __all__ = ["forward_bound", "FORWARD_OPS"]
 
@@ -55,9 +54,7 @@ def _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         if op != "rms_norm":
             raise ValueError("layer_norm needs eps")
         eps = norms.rms_norm_default_eps(xa.dtype)
-    e_ = check_real(eps, "eps")
-    if not (e_ >= 0 and math.isfinite(e_)):
-        raise ValueError(f"eps must be finite and >= 0; got {eps!r}")
+    e_ = check_eps(eps)
     if op == "rms_norm" and beta is not None:
         raise ValueError("rms_norm has no beta; got beta")
     acc = 64 if np.dtype(np.float64) in (xa.dtype, dt) else 32
@@ -238,10 +235,10 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
                 var = q / (rstd * rstd)
                 dmu = info["D"] / rstd
                 risky = (d * M > A["big"] * (1 - 2.0**-20)) | \
-                    (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + _g(2 * d + 8, u)) > A["big"] * (1 - 2.0**-20))
+                    (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(2 * d + 8, u)) > A["big"] * (1 - 2.0**-20))
             else:
                 var = q / (rstd * rstd)
-                risky = d * var * (1 + _g(d + 3, u)) > A["big"] * (1 - 2.0**-20)
+                risky = d * var * (1 + gamma_n(d + 3, u)) > A["big"] * (1 - 2.0**-20)
             # the output could overflow: |y| + E beyond the format's largest (rare; rows first)
             over = (ya.max(axis=1) + E.max(axis=1) > fmt.big)
             if over.any():

@@ -56,7 +56,9 @@ class _Fmt:
         return np.maximum(out, self.tiny, out=out)
 
 
-def _g(n, u):
+def gamma_n(n, u):
+    """Higham's :math:`\\gamma_n = nu/(1-nu)`: the worst relative error of n roundings with unit
+    roundoff u."""
     return n * u / (1 - n * u)
 
 
@@ -87,7 +89,7 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
     largest D and rho_+ over the classes (without the lines if not ``need_lines``)."""
     A = _ACC[acc]
     u, eta, nu = A["u"], A["eta"], A["nu"]
-    psi = _g(5, u)
+    psi = gamma_n(5, u)
     r = rstd * (1 + 2.0**-40)
     root_eps = math.sqrt(eps_hat * (1 - u)) if eps_hat > 0 else 0.0
 
@@ -99,10 +101,10 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
             return (1 + f / r, f * dmu)
 
     if op == "rms_norm":
-        rho = _g(d + 3, u) + nu * r * r
+        rho = gamma_n(d + 3, u) + nu * r * r
         cls = [_line(_R(rho, rho, psi), 0.0, u, 1, eta)] if need_lines else []
         if eps_hat >= A["cap_eps"]:
-            cls.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - _g(d + 3, u)) * (1 + u)))
+            cls.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 3, u)) * (1 + u)))
         cap = eps_cap(0.0, 1)
         if cap is not None:
             cls.append(cap)
@@ -110,29 +112,29 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
     M, X, m, q = with_x
     lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
     # T: two-pass, any order
-    dmu_T = _g(d + 1, u) * M + eta
+    dmu_T = gamma_n(d + 1, u) * M + eta
     D_T = dmu_T * r
-    rlo_T = _g(d + 5, u) + nu * r * r
-    rhi_T = rlo_T + (1 + _g(d + 5, u)) * D_T * D_T
+    rlo_T = gamma_n(d + 5, u) + nu * r * r
+    rhi_T = rlo_T + (1 + gamma_n(d + 5, u)) * D_T * D_T
     cls_T = [_line(_R(rlo_T, rhi_T, psi), D_T, u, 2, eta)] if need_lines else []
     if eps_hat >= A["cap_eps"]:
-        cls_T.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - _g(d + 5, u)) * (1 + u)))
+        cls_T.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 5, u)) * (1 + u)))
     cap = eps_cap(dmu_T, 2)
     if cap is not None:
         cls_T.append(cap)
     # W: Welford, Chan's merges
     cX = 3 * (2 + lnd) + 7 * l2d
-    E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + _g(2 * d + cX, u))
+    E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + gamma_n(2 * d + cX, u))
     D_W = E_W * r
     first = 2 * u * (d - 1) * q + 6 * u * math.sqrt(2 * (1 + lnd)) * q \
         + (4 / 3) * u * np.abs(m) * r * (d + 1) ** 1.5 / d * np.sqrt(q)
-    rlo_W = _g(d + 5, u) + (1 + _g(d + 5, u)) * first + nu * r * r
-    rhi_W = rlo_W + (4 + l2d) * (1 + _g(d + 5, u)) * D_W * D_W
+    rlo_W = gamma_n(d + 5, u) + (1 + gamma_n(d + 5, u)) * first + nu * r * r
+    rhi_W = rlo_W + (4 + l2d) * (1 + gamma_n(d + 5, u)) * D_W * D_W
     cls_W = [_line(_R(rlo_W, rhi_W, psi), D_W, u, 2, eta)] if need_lines else []
     # |t_i| <= 3.968 sqrt(M2) + c_abs u X: a running or merged mean moves by at most twice its
     # increment (the old mean is a float), each step's M2 term is at least a third of a_k^2
     c_abs = 3.212 + 3.01 * min(l2d, _MERGE_LEVELS)
-    grow_W = (1 + psi) * (1 + _g(d + 12, u)) * (1 + u)
+    grow_W = (1 + psi) * (1 + gamma_n(d + 12, u)) * (1 + u)
     if root_eps > 0:
         cls_W.append((1.0, (_C_W * math.sqrt(d) + c_abs * u * X / root_eps) * grow_W))
     else:
@@ -147,12 +149,12 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
             rho_max, D = np.fmax(rho_max, rho_c), np.fmax(D, D_c)
     if acc == 32 and "one_pass_float64" in classes:  # O: one pass in float64, then float32
         u64 = 2.0**-53
-        d64 = _g(d + 1, u64) * M
+        d64 = gamma_n(d + 1, u64) * M
         dmu_O = d64 + u * (np.abs(m) + d64) + eta
         D_O = dmu_O * r
         var = q / (r * r)
-        err_v = _g(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64 * (1 + 2 * u64)
-        rho_O = _g(2, u) + err_v * r * r * (1 + u) + nu * r * r
+        err_v = gamma_n(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64 * (1 + 2 * u64)
+        rho_O = gamma_n(2, u) + err_v * r * r * (1 + u) + nu * r * r
         cls_O = [_line(_R(rho_O, rho_O, psi), D_O, u, 2, eta)] if need_lines else []
         cap = eps_cap(dmu_O, 2)
         if cap is not None:

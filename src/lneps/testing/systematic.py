@@ -80,7 +80,7 @@ import numpy as np
 
 from ._arrays import _as_numpy
 from .forward_error import _block_rows, _prepare
-from .kernel_classes import _ACC, _Fmt, _g, _row_stats
+from .kernel_classes import _ACC, _Fmt, _row_stats, gamma_n
 
 __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN_ROWS"]
 
@@ -296,7 +296,7 @@ def _row_pass(P, a2, keep_w, block):
     accf = _Fmt(np.float64 if acc == 64 else np.float32)
     c_y = 2 * u if acc == 64 else u + (0.0 if fmt.dt == accf.dt else fmt.u)
     tau = 0.5 * fmt.tiny + A["eta"]
-    psi = _g(5, u)
+    psi = gamma_n(5, u)
     nrows = P["x2"].shape[0]
     keys = ("s", "W", "sig", "A2", "An", "Ap", "ok", "fp", "sig2", "M", "X")
     acc_rows = {k: np.empty(nrows) for k in keys}
@@ -330,7 +330,7 @@ def _row_pass(P, a2, keep_w, block):
             # addends of the sum of squares below the ulp of its total stagnate (error -b, or
             # ulp - b): not random, each at most b; half their share, either way
             T = d * _q(Z2, d) / (rstd[:, 0] * rstd[:, 0])  # the sum of squares, about
-            h = accf.ulp(np.fmax(T * (1 + 2 * _g(2 * d + 8, u)), 0.0)) / np.where(T > 0, T, 1.0) * Z2
+            h = accf.ulp(np.fmax(T * (1 + 2 * gamma_n(2 * d + 8, u)), 0.0)) / np.where(T > 0, T, 1.0) * Z2
             small = np.sum(zz, axis=1, where=zz < h[:, None])
             stag = 0.5 * small / np.where(Z2 > 0, Z2, 1.0) * _q(Z2, d)
             # rows where most addends are tiny next to the total (a few elements dominate, the
@@ -368,8 +368,8 @@ def _row_pass(P, a2, keep_w, block):
             two = 0.5 * u * (e_ * r * r + 3) + psi
             if layer and acc == 32:
                 m = mean[:, 0]
-                d64 = _g(d + 1, 2.0**-53) * M[:, 0]
-                err_v = _g(d + 3, 2.0**-53) * (qq / (r * r) + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64
+                d64 = gamma_n(d + 1, 2.0**-53) * M[:, 0]
+                err_v = gamma_n(d + 3, 2.0**-53) * (qq / (r * r) + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64
                 two = two + 0.5 * err_v * r * r
             elem = ((3 * u + u * D) * np.sqrt(G2 * W2) + c_y * np.sqrt(Y2 * W2) + tau * np.sqrt(d * W2)) / W
             if g is not None:

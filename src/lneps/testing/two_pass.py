@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import norms
-from .._checks import check_float_dtype, check_real
-from ..formats import _finfo
-from ..formats import ulp
+from .._checks import check_eps, check_float_dtype
+from ..formats import format_of, ulp
 from ._arrays import _FORMATS, _as_numpy, _axes
+from .kernel_classes import gamma_n
 
 __all__ = ["U32", "two_pass_bound"]
 
@@ -24,19 +24,14 @@ __all__ = ["U32", "two_pass_bound"]
 U32 = 2.0**-24
 
 
-def _gamma_n(n):
-    """Higham's :math:`\\gamma_n = nu/(1-nu)` for float32: n roundings' worst relative error."""
-    return n * U32 / (1 - n * U32)
-
-
 def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
     """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
     from d, mean|x|, r = 1/sqrt(var + eps), the core |x - mu| r, |y| and |gamma| (1 without a gain)."""
     u32, eta = U32, 2.0**-150
-    D = (_gamma_n(d + 1) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
-    rho_lo = _gamma_n(d + 5) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
-    rho_hi = rho_lo + (1 + _gamma_n(d + 5)) * D * D
-    psi = _gamma_n(2)  # the reciprocal square root
+    D = (gamma_n(d + 1, U32) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
+    rho_lo = gamma_n(d + 5, U32) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
+    rho_hi = rho_lo + (1 + gamma_n(d + 5, U32)) * D * D
+    psi = gamma_n(2, U32)  # the reciprocal square root
     R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
                    1 - (1 - psi) / np.sqrt(1 + rho_hi))
     R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
@@ -50,7 +45,7 @@ def _two_pass_cap(d, core, gain):
     the squares it sums, so :math:`|\hat n_i| \le N = \sqrt d\,(1+u)(1+\gamma_2)/\sqrt{1-\gamma_{d+5}}`
     (given eps in float32 above the squares' underflow), and :math:`|\hat c_i - y_i| \le
     |\gamma_i|(N(1+u) + |u_i|)`."""
-    N = np.sqrt(d) * (1 + U32) * (1 + _gamma_n(2)) / np.sqrt(1 - _gamma_n(d + 5))
+    N = np.sqrt(d) * (1 + U32) * (1 + gamma_n(2, U32)) / np.sqrt(1 - gamma_n(d + 5, U32))
     return gain * (N * (1 + U32) + core) + 2.0**-150 * (1 + gain)
 
 
@@ -120,9 +115,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     dt = xa.dtype if dtype is None else check_float_dtype(dtype)
     if dt not in small:
         raise TypeError(f"dtype must be float16, bfloat16 or float32; got {dt}")
-    e_ = check_real(eps, "eps")
-    if not e_ >= 0:
-        raise ValueError(f"eps must be >= 0; got {eps!r}")
+    e_ = check_eps(eps)
     gb = []
     for v, name in ((gamma, "gamma"), (beta, "beta")):
         if v is None:
@@ -153,10 +146,10 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         out = err / ulp(np.fmax(ya, ag), dt) * (1 + 2.0**-20)
         # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
         # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
-        f32max = float(np.finfo(np.float32).max) * (1 - 2.0**-20)
+        f32max = format_of(np.float32).largest * (1 - 2.0**-20)
         var = np.mean(np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True)
-        dmu = _gamma_n(d + 1) * mabs
-        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + _gamma_n(d + 5)) > f32max)
-                 | (ya + err > float(_finfo(dt).max)))
+        dmu = gamma_n(d + 1, U32) * mabs
+        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(d + 5, U32)) > f32max)
+                 | (ya + err > format_of(dt).largest))
         out = np.where(risky | ~np.isfinite(out), np.inf, out)
     return np.broadcast_to(out, xa.shape).astype(np.float64)
