@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 # contents, bibliography. Sphinx re-writes only the pages whose source changed (autodoc's
 # modules count as sources of the API page), so a change here rebuilds every page (--all; a few
 # seconds: the build executes nothing, it renders the outputs stored in the notebooks).
-PAGES_HASH = $(shell cat _config.yml _toc.yml references.bib $$(find book/_static -name '*.css' -o -name '*.js' | LC_ALL=C sort) $$(find tools -name 'sphinx_*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# Whether `make pdf` has put the PDF next to the pages counts too: the pages link it only then
+# (tools/sphinx_pdf_button.py).
+PDF_NAME := layer-normalization-epsilon.pdf
+PAGES_HASH = $(shell (cat _config.yml _toc.yml references.bib $$(find book/_static -name '*.css' -o -name '*.js' | LC_ALL=C sort) $$(find tools -name 'sphinx_*.py' | LC_ALL=C sort); ls _build/html/$(PDF_NAME) 2>/dev/null) | sha256sum | cut -c1-16)
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 BOOK_ALL = $(if $(filter $(PAGES_HASH),$(shell cat _build/.pages-hash 2>/dev/null)),,--all)
 
@@ -21,7 +24,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book test notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
+.PHONY: book pages test notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -44,6 +47,10 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 
 # The book from the notebooks' stored outputs: nothing is executed (make test proves them).
 book: $(STAMP)
+	@$(MAKE) --no-print-directory pages
+
+# The pages alone (what `make book` runs once the venv is there; `make pdf` runs it again).
+pages:
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL)
 	@echo "$(PAGES_HASH)" > _build/.pages-hash
 
@@ -67,11 +74,13 @@ portable-arm64:
 	bash tools/portable_arm64.sh
 
 # The whole book as one PDF (tools/make_pdf.py): singlehtml from the executed notebooks of
-# `make book`, printed by Chromium after MathJax; also copied next to the HTML, where the
-# download button links to it.
-PDF := _build/pdf/layer-normalization-epsilon.pdf
+# `make book`, printed by Chromium after MathJax; also copied next to the HTML, and the pages
+# built again, so that their download button links to it (`make book` alone makes no PDF, and
+# its pages offer none). A sub-make: it reads the pages' hash afresh, now with the PDF there.
+PDF := _build/pdf/$(PDF_NAME)
 pdf: book
 	$(BIN)/python tools/make_pdf.py $(PDF) --copy-to _build/html
+	@$(MAKE) --no-print-directory pages
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/run_notebooks.py $(NB)
