@@ -516,12 +516,12 @@ def test_figures_are_numbered_with_caption_and_alt_text():
 
 def test_labels_the_book_refers_to_are_kept():
     text = markdown_text(NB) + markdown_text(APPENDIX_NB)
-    for label in ("ch5", "ch5-the-formats-computed", "ch5-which-epsilon-survive",
-                  "ch5-a-constant-row-with-epsilon-underflowed", "ch5-squares-past-65504",
-                  "ch5-accuracy-measured-in-ulp", "ch5-the-one-pass-variance-can-come-out-negative",
-                  "ch5-what-pytorch-actually-does", "ch5-rmsnorm-in-low-precision",
-                  "ch5-softmax-the-same-overflow-and-the-shift-that-cures-it",
-                  "ch5-why-the-default-is-float64-float32-output",
+    for label in ("ch6", "ch6-the-formats-computed", "ch6-which-epsilon-survive",
+                  "ch6-a-constant-row-with-epsilon-underflowed", "ch6-squares-past-65504",
+                  "ch6-accuracy-measured-in-ulp", "ch6-the-one-pass-variance-can-come-out-negative",
+                  "ch6-what-pytorch-actually-does", "ch6-rmsnorm-in-low-precision",
+                  "ch6-softmax-the-same-overflow-and-the-shift-that-cures-it",
+                  "reference-why-the-default-is-float64-float32-output",
                   "precision-where-zero-variance-comes-from", "precision-inf-in-the-variance",
                   "precision-what-1e-12-does-not-prevent", "precision-the-exact-reference",
                   "precision-float64-is-not-exact", "precision-chan-golub-leveque",

@@ -29,7 +29,8 @@ from rendered import HTML, built_article, code_share, toc_pages
 
 NB = "practical_guide.ipynb"
 PAGE = "book/practical_guide"
-WORD_BUDGET = 1500
+# 1,500 words, plus the section on what the answers rest on (issue 33 asked for it).
+WORD_BUDGET = 1750
 SITUATIONS = ("guide-training", "guide-inference", "guide-porting", "guide-kernel")
 FORMATS = ("float16", "bfloat16", "float32")
 
@@ -229,6 +230,10 @@ def test_network_facts(g):
     assert g["swap_1e5_emb"] == pytest.approx(swap, rel=0.05)
     assert g["emb_sigma"] == pytest.approx(math.sqrt(np.median(emb)), rel=0.02)
     assert 0 < g["f16_share"] < 1 and g["f16_sum_margin"] == pytest.approx(g["f16_share"] ** -0.5, abs=1e-3)
+    # the sum of squares is 1/share from overflow; the row, its square root
+    assert g["f16_sum_factor"] == pytest.approx(1 / g["f16_share"], abs=5e-3)
+    assert g["f16_sum_factor"] > g["f16_sum_margin"]
+    assert g["n_sentences"] == len((BOOK / "data" / "sentences.txt").read_text().splitlines())
     assert g["low_nonfinite"] == 0 and g["bf16n_diff"] > g["f16n_diff"]
     assert 0 < g["swap_1e5_cos"] < g["swap_1e3_cos"] < 1 and 0 < g["swap_1e1_cos"] < 0.5
 
@@ -251,7 +256,13 @@ def test_framework_facts(g):
     assert (g["c60k_value"], g["c60k_out"]) == (probe["input"][0], probe["output"][0]) == (60000.0, -2048.0)
     iv = data["flax"]["implied_variance"]
     assert g["iv_flax_fast"] == max(v["max_rel_error"] for v in iv.values() if v["op"] == "layer_norm")
-    assert g["ort_no_bf16"] is True
+    # ONNX Runtime's bfloat16 layer norm: refused by its Python binding, so not measured
+    assert [u["error"] for u in data["onnxruntime"]["unsupported"]
+            if (u["op"], u["dtype"]) == ("layer_norm", "bfloat16")] == [
+        "RuntimeError: Numpy_type 256 can't be converted to MLDataType."]
+    assert "refused bfloat16 input" in _markdown()
+    # the same float32 value as chapter 8 prints, to the same digits
+    assert g["onnx_eps_stored_sci9"] == "9.999999747 × 10⁻⁶"
     for fw in ("torch", "flax", "onnxruntime"):
         e = data[fw]["eps_handling"]["layer_norm | float16 | 1e-12"]
         assert e["matches"]["kept (float32)"]["rows_equal"] == e["rows"]
@@ -441,7 +452,48 @@ def test_which_epsilon_for_a_new_model(g):
     assert section.count("{glue:text}`rec_eps_sci0`") >= 2
     assert "<guide-training>" in section and "{glue:text}`rec_q_bfloat16_sci1`" in section
     assert "{glue:text}`rec_q_float16_sci1`" in section
-    assert "{ref}`why <guide-new-model>`" in text   # the short answer points to it
+    assert "{ref}`why, and how far it reaches <guide-new-model>`" in text   # the short answer
+    # nothing between the answer and the next value tried: the page says so
+    assert g["rec_next"] == 1e-5 and "nothing\n  between it and {glue:text}`rec_next_sci0`" in text
+    assert "for models like the\none trained here" in section
+
+
+def test_the_limits_say_what_the_evidence_is_and_how_far_each_rule_reaches(g):
+    text = _markdown()
+    assert text.index("(guide-limits)=") < text.index("(guide-decision-table)=")
+    limits = text[text.index("(guide-limits)="):text.index("(guide-decision-table)=")]
+    rows = limits.split("\n* - ")[2:]
+    # the four rules that rest on arithmetic alone are marked as independent of scale
+    arithmetic = [r for r in rows if "**Any scale:** arithmetic alone" in r]
+    assert [r.splitlines()[0] for r in arithmetic] == [
+        "$\\varepsilon$ and the statistics in float32", "Two passes for the variance",
+        "Never $\\varepsilon = 0$", "$\\varepsilon$ from the checkpoint"]
+    # the measured ones say what they were measured on and reach no further
+    for name in ("tr_layers", "tr_params_sci1", "tr_steps", "tr_cpu", "tr_torch", "tr_runs",
+                 "tr_not_run", "net_name", "n_sites", "n_sentences", "v_torch", "fw_cpu"):
+        assert f"{{glue:text}}`{name}`" in limits, name
+    assert "not their GPU kernels" in limits
+    manifest = _training()[0]
+    assert g["tr_steps"] == manifest["recipe"]["steps"] == 300
+    assert g["tr_cpu"] == manifest["provenance"]["cpu"]["model"]
+    assert manifest["provenance"]["torch"].startswith(g["tr_torch"] + ".")
+    # what was never run, from the stored configurations
+    configs = [e["config"] for e in manifest["runs"].values()]
+    rms_small = any(c["norm"] == "RMSNorm" and c["init"] == "small" for c in configs)
+    assert ("RMS norm at the small initialization" in g["tr_not_run"]) == (not rms_small)
+    for name, tag in (("bfloat16", "bf16"), ("float16", "fp16")):
+        ran = any(c["precision"].startswith(tag) and c["eps"] == 1e-6 for c in configs)
+        assert (f"10⁻⁶ in {name}" in g["tr_not_run"]) == (not ran)
+    assert "any model larger than this one" in g["tr_not_run"]
+
+
+def test_the_model_size_is_the_models_own():
+    torch = pytest.importorskip("torch")  # noqa: F841 (the lab's model needs it)
+    from lneps.book.training.model import ModelSpec, TinyGPT
+
+    g = glued(NB)
+    assert g["tr_params"] == TinyGPT(ModelSpec(norm="LayerNorm", placement="pre")).n_params()
+    assert g["tr_params_sci1"] == "1.1 × 10⁵"
 
 
 def test_the_training_rows_facts(g):
