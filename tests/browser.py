@@ -127,6 +127,23 @@ LAYOUT_JS = """() => {
     if (m.scrollWidth > m.clientWidth + 1)
       out.math.push(`${name(m.closest("div.math") || m)}: ${m.scrollWidth} px wide in ${m.clientWidth} px`);
   }
+  // Tables: each one's box, whether it scrolls in a box of its own, whether its first column
+  // stays pinned while it scrolls, and any cell whose text is cut (hidden overflow).
+  out.tables = [];
+  for (const t of main.querySelectorAll("table")) {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0) continue;
+    let holder = null;  // the box it scrolls in, if any
+    for (let p = t.parentElement; p && p !== main; p = p.parentElement)
+      if (scrolls(p)) { holder = p; break; }
+    const first = t.querySelector("tbody tr > :first-child");
+    const cut = [...t.querySelectorAll("th, td")].filter(c =>
+      (["hidden", "clip"].includes(overflowX(c)) || getComputedStyle(c).textOverflow === "ellipsis")
+      && c.scrollWidth > c.clientWidth + 1).map(c => c.textContent.trim().slice(0, 40));
+    out.tables.push({name: name(t), width: Math.round(r.width), scrolls: !!holder,
+                     wider: r.width > box.width + 1,
+                     pinned: !!first && getComputedStyle(first).position === "sticky", cut});
+  }
   for (const img of main.querySelectorAll("img")) {
     const r = img.getBoundingClientRect();
     if (r.width === 0) continue;

@@ -119,7 +119,9 @@ def built_article(html: str):
 
 
 def words(text: str) -> list[str]:
-    return text.split()
+    """Runs of characters between ASCII white space, as ``wc -w`` counts: a non-breaking space
+    joins, so ``1.3 × 10⁻⁶`` (non-breaking spaces around ×) is one word, as it reads."""
+    return re.split(r"[ \t\n\r\f\v]+", text.strip(" \t\n\r\f\v")) if text.strip() else []
 
 
 def rendered_text(main) -> str:

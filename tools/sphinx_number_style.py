@@ -31,11 +31,12 @@ E_NOTATION = re.compile(r"(?<![\w.=])(\d+(?:\.\d+)?)[eE]([+-]?)(\d+)(?![\w.])")
 # A hyphen-minus that is a sign: before a digit, not inside a word, a range or a date.
 HYPHEN_MINUS = re.compile(r"(?<![\w\-–—/.:#)\]])-(?=\d)")
 # Spaces a line may not break at: around the × of a power, between a number and its unit.
-SPACE_IN_POWER = re.compile(r"(?<=[\d)]) (?=×)|(?<=×) (?=\d)")
-UNITS = r"(?:scaled ulp|ulp|nats?|bits?|px|[KMG]i?B|ms)\b"
-SPACE_BEFORE_UNIT = re.compile(r"(?<=[\d⁰¹²³⁴⁵⁶⁷⁸⁹]) (?=" + UNITS + ")")
+SPACE_IN_POWER = re.compile(r"(?<=[\d)])[ \n]+(?=×)|(?<=×)[ \n]+(?=\d)")
+UNITS = r"(?:scaled(?:\s+ulp|\s*$)|ulp|nats?|bits?|px|[KMG]i?B|ms)\b"
+SPACE_BEFORE_UNIT = re.compile(r"(?<=[\d⁰¹²³⁴⁵⁶⁷⁸⁹])[ \n]+(?=" + UNITS + ")")
 # The same space at the start of a text that follows a number pasted into the sentence.
-LEADING_SPACE = re.compile(r"^ (?=×|" + UNITS + ")")
+LEADING_SPACE = re.compile(r"^[ \n]+(?=×|" + UNITS + ")")
+UNIT_FIRST = re.compile(r"(?=×|" + UNITS + ")")
 ENDS_IN_NUMBER = re.compile(r"[\d⁰¹²³⁴⁵⁶⁷⁸⁹]$")
 
 # Nodes whose text is code or typeset by something else: left alone.
@@ -81,19 +82,34 @@ def _in_code(node) -> bool:
     return False
 
 
+def _swap(old: nodes.Text, text: str) -> None:
+    """Put ``text`` in place of the node ``old``, found by identity: a Text node is a str, so
+    docutils' own replace() would find the first equal one (another line break)."""
+    parent = old.parent
+    i = next(i for i, child in enumerate(parent.children) if child is old)
+    parent.children[i] = nodes.Text(text)
+    parent.children[i].parent = parent
+
+
 def _restyle(app, doctree, docname) -> None:
     before = ""  # the text before this one in reading order: a number pasted there?
+    gap = None   # a text of white space alone (a line break) just after such a number
     for text in list(doctree.findall(nodes.Text)):
         if text.parent is None or _in_code(text.parent):
-            before = ""
+            before, gap = "", None
             continue
         old = str(text)
+        if ENDS_IN_NUMBER.search(before) and old.strip() == "" and gap is None:
+            gap = text  # the source's line break between a number and what follows
+            continue
         new = number_style(old)
         if ENDS_IN_NUMBER.search(before):
+            if gap is not None and UNIT_FIRST.match(new):
+                _swap(gap, NBSP)
             new = LEADING_SPACE.sub(NBSP, new)
         if new != old:
-            text.parent.replace(text, nodes.Text(new))
-        before = new
+            _swap(text, new)
+        before, gap = new, None
     for image in doctree.findall(nodes.image):
         if image.get("alt"):
             image["alt"] = number_style(image["alt"])

@@ -125,3 +125,24 @@ def test_backward_gains(g, m):
     assert g["gain_bound"] == 1e6 and g["gain_max"] < 1e-4 * g["gain_bound"]
     assert g["gain_others_max"] == pytest.approx(max(v for n, v in gains.items() if n != name), abs=0.06)
     assert g["gain_measured_ok"] is True
+
+
+def test_the_q_figure_alt_text_says_where_the_boxes_and_whiskers_lie(m):
+    """Figure 9.1's alt text: its ranges of log10(q/eps), to the half-unit it states."""
+    import json
+
+    from notebooks import BOOK
+
+    cells = json.loads((BOOK / NB).read_text())["cells"]
+    (alt,) = [line for c in cells for line in "".join(c["source"]).splitlines()
+              if line.startswith(":alt: Box plot of log10 of q over epsilon")]
+    logs = {n: np.log10(_q(x) / 1e-12) for n, x in m.sites.items()}
+    emb = logs.pop("embeddings.LayerNorm")
+    assert "between about 9.5 and 10.5" in alt
+    assert emb.min() == pytest.approx(9.5, abs=0.25) and emb.max() == pytest.approx(10.5, abs=0.25)
+    low, high = min(v.min() for v in logs.values()), max(v.max() for v in logs.values())
+    assert "between about 11 and 14" in alt and "reaching up to about 14" in alt
+    assert low == pytest.approx(11, abs=0.25) and high == pytest.approx(14, abs=0.25)
+    boxes = [np.percentile(v, q) for v in logs.values() for q in (25, 75)]
+    assert "boxes between about 11.3 and 12.3" in alt
+    assert min(boxes) == pytest.approx(11.3, abs=0.1) and max(boxes) == pytest.approx(12.3, abs=0.1)

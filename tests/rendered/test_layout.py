@@ -13,6 +13,10 @@ after opening every dropdown and folded cell, in the main column of every page o
   figure's PNG, which lneps.book.figures stamps with the figure's design width and its smallest
   font size, measured on the figure's own text artists when it was drawn.
 
+* every table scrolls only inside a box of its own, never the page; a table wider than the
+  column (a phone) keeps its first column pinned while it scrolls (CSS position: sticky), and
+  no cell cuts its text.
+
 And, from the HTML alone: every figure has a number, a caption and alt text.
 """
 
@@ -100,3 +104,17 @@ def test_every_figure_has_a_number_a_caption_and_alt_text(built_book, page):
         elif len(caption.get_text(" ").split()) < 5:
             problems.append(f"{name}: no caption")
     assert problems == [], f"{page.html}: {problems}"
+
+
+@pytest.mark.parametrize("size", list(VIEWPORTS))
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.file)
+def test_tables_scroll_in_their_own_box_with_the_first_column_pinned(visits, page, size):
+    problems = []
+    for t in _layout(visits, page, size).get("tables", []):
+        if t["cut"]:
+            problems.append(f"{t['name']}: text cut in {t['cut']}")
+        if t["wider"] and not t["scrolls"]:
+            problems.append(f"{t['name']}: {t['width']} px wide and no scroll box of its own")
+        if t["wider"] and not t["pinned"]:
+            problems.append(f"{t['name']}: scrolls, but its first column is not pinned")
+    assert problems == [], f"{page.html} at {VIEWPORTS[size]}: {problems}"

@@ -32,7 +32,7 @@ RULES = {
     "a line may break inside a power (write a non-breaking space)":
         re.compile(r"[\d)][ \t\n]+×|×[ \t\n]+\d"),
     "a line may break between a number and its unit": re.compile(
-        r"[\d⁰¹²³⁴⁵⁶⁷⁸⁹][ \t\n]+(?:scaled ulp|ulp|nats?|px)\b"),
+        r"(?:(?<![\w.])\d+(?:\.\d+)?|[⁰¹²³⁴⁵⁶⁷⁸⁹]+)[ \t\n]+(?:scaled\s+ulp|ulp|nats?|px)\b"),
     "Python repr in prose": re.compile(
         r"\{(?:True|False|None)\}|\{'[^']*':|\w\*\*\(?[\w\d/]|"
         r"(?<!\\)\bvarepsilon\b|\bsqrt\(|\bnp\.\w+\(|\barray\(\["),

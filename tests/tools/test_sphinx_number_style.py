@@ -37,3 +37,10 @@ def test_a_unit_after_a_pasted_number_is_kept_on_its_line():
     doc += para
     style._restyle(None, doc, "page")
     assert para.astext() == f"3205{NBSP}ulp off, and 2 1e-05 ulp"
+    # a line break before the number too: the one after it is replaced, not the first equal one
+    para = nodes.paragraph("", "", nodes.Text("within"), nodes.Text("\n"), nodes.inline("", "20"),
+                           nodes.Text("\n"), nodes.Text("scaled ulp wherever"))
+    doc = nodes.document(None, None)
+    doc += para
+    style._restyle(None, doc, "page")
+    assert para.astext() == f"within\n20{NBSP}scaled ulp wherever"
