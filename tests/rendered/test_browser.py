@@ -90,14 +90,16 @@ def test_download_button_fetches_the_notebook(visits, browser, site, html_dir):
         context.close()
 
 
-def test_the_download_button_offers_the_book_as_a_pdf(visits):
-    # tools/sphinx_pdf_button.py: every page's download menu links to the book's PDF, which
-    # `make pdf` writes next to the HTML (tests/rendered/test_pdf.py fetches it).
+def test_the_download_button_offers_the_book_as_a_pdf_where_there_is_one(visits, html_dir):
+    # tools/sphinx_pdf_button.py: every page's download menu links to the book's PDF once
+    # `make pdf` has written it next to the HTML (tests/rendered/test_pdf.py fetches it), and
+    # no page links it before: `make book` alone makes none.
+    built = (html_dir / "layer-normalization-epsilon.pdf").is_file()
     menus = {rel: v["downloads"] for rel, v in visits.items() if v["downloads"]}
     assert SLIDER_PAGE in menus
-    missing = {rel: hrefs for rel, hrefs in menus.items()
-               if not any(h.endswith("/layer-normalization-epsilon.pdf") for h in hrefs)}
-    assert missing == {}
+    wrong = {rel: hrefs for rel, hrefs in menus.items()
+             if any(h.endswith("/layer-normalization-epsilon.pdf") for h in hrefs) != built}
+    assert wrong == {}, f"the PDF {'is' if built else 'is not'} built"
 
 
 def _slider_state(page) -> dict:
