@@ -29,8 +29,9 @@ from rendered import HTML, built_article, code_share, toc_pages
 
 NB = "practical_guide.ipynb"
 PAGE = "book/practical_guide"
-# 1,500 words, plus the section on what the answers rest on (issue 33 asked for it).
-WORD_BUDGET = 1750
+# 1,500 words, plus the section on what the answers rest on and how far they reach (about 330
+# words: its table of rules, evidence and reach).
+WORD_BUDGET = 1850
 SITUATIONS = ("guide-training", "guide-inference", "guide-porting", "guide-kernel")
 FORMATS = ("float16", "bfloat16", "float32")
 
