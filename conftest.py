@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent
 
 # A glued figure is stored twice: as PNG bytes (application/papermill.record/image/png), which
 # differ between CPUs (anti-aliasing arithmetic, x86 against arm64), and as text, which
-# lneps.book.figures.describe fills with what the figure shows: its texts and the numbers it plots.
+# lneps.book.plotting.describe fills with what the figure shows: its texts and the numbers it plots.
 # nbval already skips a plain image/png; it skips the glued PNG too and compares the text.
 _nbval_init = nbval.plugin.IPyNbFile.__init__
 

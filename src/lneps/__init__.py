@@ -10,7 +10,7 @@ The package has three parts, each a folder:
   :mod:`lneps.formats`);
 * **the kernel** that computes the correctly rounded results (:mod:`lneps.kernel`: a float64
   tier, double-double and triple precision, exact ties; error-free transforms in
-  :mod:`lneps.kernel.error_free`, rounding from first principles in :mod:`lneps.kernel.rounding`; what the
+  :mod:`lneps.kernel.expansions`, rounding from first principles in :mod:`lneps.kernel.rounding`; what the
   book needs of them is exported as :mod:`lneps.error_free` and :func:`lneps.formats.round_to`),
   and **the exact oracle** that checks it in rational arithmetic (:mod:`lneps.oracle`);
 * **the book's studies** (:mod:`lneps.book`): the SymPy derivations, surveys, the frameworks'

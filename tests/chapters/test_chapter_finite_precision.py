@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.book import precision as P
+from lneps.book import finite_precision as P
 from lneps.book import defaults, eps_tables
-from lneps.book.report import fmt_vec
+from lneps.book.printing import fmt_vec
 from notebooks import glued, read, stream_text
 from rendered import built_article, code_share
 
@@ -63,7 +63,7 @@ def markdown_text(nb: str = NB) -> str:
 
 def ln_methods(low):
     # The methods written out again, not read from P.layer_norm_methods: the test checks it.
-    in_f32 = lambda method: (lambda x: P.layer_norm_rounded(x, eps=EPS, dtype=F32, method=method).astype(low))
+    in_f32 = lambda method: (lambda x: P.layer_norm_naive(x, eps=EPS, dtype=F32, method=method).astype(low))
     return {
         f"naive {np.dtype(low).name}": lambda x: lneps.layer_norm(x, eps=EPS, compute_dtype=low),
         "float32 one-pass": in_f32("one-pass"),
@@ -357,7 +357,7 @@ def test_negative_one_pass_variance(g):
 
 
 def test_float32_output_needs_float64_statistics(a):
-    methods = {"float32 two-pass": lambda x: P.layer_norm_rounded(x, eps=EPS, dtype=F32),
+    methods = {"float32 two-pass": lambda x: P.layer_norm_naive(x, eps=EPS, dtype=F32),
                "float64 two-pass": float64_two_pass,
                "lneps default": lambda x: lneps.layer_norm(x, eps=EPS)}
     s32 = P.oracle_survey(methods, eps=EPS, dtype=F32, ds=DS, rng=np.random.default_rng(32), elements=2048)

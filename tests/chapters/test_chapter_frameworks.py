@@ -78,7 +78,7 @@ def test_eps_rule_as_stated():
 
 
 def test_numbers_typed_into_the_prose_and_exercises():
-    from lneps.book import precision as P
+    from lneps.book import finite_precision as P
 
     assert float(P.ulp(6e10, np.float32)) == 4096                  # "float32 numbers are 4096 apart"
     assert float(P.ulp(1e9, np.float32)) == 64                     # exercise 1: 1000 * 10**6

@@ -365,7 +365,7 @@ def _expected_cells():
 
 
 def test_the_training_table_is_read_from_the_stored_runs(g):
-    from lneps.book.report import sci
+    from lneps.book.printing import sci
 
     assert len(_training()[0]["seeds"]) == g["tr_runs"] == 3
     assert g["tr_steps"] == _training()[0]["recipe"]["steps"] == 300
@@ -409,7 +409,7 @@ def test_the_table_in_the_page_pastes_the_cells_in_order():
 
 
 def test_which_epsilon_for_a_new_model(g):
-    from lneps.book.report import sci
+    from lneps.book.printing import sci
 
     # the largest epsilon of the sweep that no family trained worse with (by an effect)
     sweeps = {col: _sweep(*nf) for col, nf in COLUMNS.items()}

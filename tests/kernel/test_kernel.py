@@ -96,7 +96,7 @@ def test_values_put_within_a_hair_of_a_rounding_boundary(dt):
     # beta = m - gamma * u_estimate puts the exact value within ~1e-16 (relative) of the
     # midpoint m between two neighbouring numbers: only an exact decision gets these right.
     rng = np.random.default_rng(2718)
-    fmt = oracle.format_of(dt)
+    fmt = oracle.exact_format(dt)
     counts = {}
     for d in (3, 100, 1000):
         x = family("student-t", rng, 2000 // d + 1, d, dt)
@@ -215,7 +215,7 @@ def test_the_oracles_rounding_of_hand_assembled_values_agrees_with_the_kernel():
     S = sum(Fraction(v) for v in x[0])
     t = [3 * Fraction(v) - S for v in x[0]]
     s = sum(ti * ti for ti in t) / 3 + 9 * Fraction(1e-5)
-    fmt = oracle.format_of(F64)
+    fmt = oracle.exact_format(F64)
     assert [oracle.round_quotient(ti, s, 0, fmt) for ti in t] == list(lneps.layer_norm(x)[0])
 
 

@@ -330,7 +330,7 @@ def test_batch_norm_inference_is_correctly_rounded_where_eps_meets_a_tiny_varian
     x = np.array([[0.1, -0.2, 0.3], [1e-4, 2e-4, -1e-4]], dtype=np.float32).T  # (tokens, features)
     rm, rv = np.array([0.05, 1e-4]), np.array([1e-12, 0.0])
     got = lneps.batch_norm(x, training=False, running_mean=rm, running_var=rv)
-    fmt = oracle.format_of(np.float32)
+    fmt = oracle.exact_format(np.float32)
     for i in range(3):
         for j in range(2):
             a = Fraction(float(x[i, j])) - Fraction(float(rm[j]))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lneps import oracle
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
-FMT = {name: oracle.format_of(dt) for name, dt in [("f16", F16), ("bf16", BF16), ("f32", F32), ("f64", F64)]}
+FMT = {name: oracle.exact_format(dt) for name, dt in [("f16", F16), ("bf16", BF16), ("f32", F32), ("f64", F64)]}
 
 
 @cache

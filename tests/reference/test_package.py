@@ -90,7 +90,7 @@ def test_blocker_blocks():
     # The check above means something: with the blocker, a book module cannot be imported.
     code = BLOCK + textwrap.dedent("""
         import lneps
-        for mod in ("symbolic", "figures"):
+        for mod in ("symbolic", "plotting"):
             try:
                 getattr(lneps.book, mod)
             except ImportError:

@@ -179,12 +179,12 @@ def layer_norm_methods(low, eps=1e-5) -> dict:
     sequential Welford variance, float64 two-pass statistics rounded once, and lneps's default
     (exact, rounded once)."""
     from ..norms import layer_norm
-    from ..naive import layer_norm_rounded
+    from ..naive import layer_norm_naive
 
     low = check_float_dtype(low)
 
     def in_f32(method):  # float32 statistics, the output rounded to low
-        return lambda x: layer_norm_rounded(x, eps=eps, dtype=np.float32, method=method).astype(low)
+        return lambda x: layer_norm_naive(x, eps=eps, dtype=np.float32, method=method).astype(low)
 
     return {
         f"naive {low.name}": lambda x: layer_norm(x, eps=eps, compute_dtype=low),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ... import families as registry
-from ..precision import FAMILIES
+from ..finite_precision import FAMILIES
 from .measured import DTYPES
 
 __all__ = ["find", "aggregate", "by_family", "SUMMARY_FAMILIES", "summary_rows", "eps_verdict"]
