@@ -39,7 +39,7 @@ def test_every_file_has_the_full_grid_and_its_provenance(fw):
     assert d["framework"] == fw and d["date"].startswith("20")
     assert d["platform"]["cpu"] and d["cpu_flags"] and d["versions"]["numpy"] == np.__version__
     assert d["inputs"]["ds"] == list(FW.DS) and d["inputs"]["eps"] == list(FW.EPS_VALUES)
-    families = len(lneps.book.finite_precision.FAMILIES) + len(FW.HAND_ROWS)
+    families = len(lneps.families.SURVEYED) + len(FW.HAND_ROWS)
     ops = {r["op"] for r in d["results"]}
     pairs = {(r["op"], r["dtype"]) for r in d["results"]}
     assert len(pairs) + len(d["unsupported"]) == len(ops) * len(FW.DTYPES)
@@ -110,7 +110,7 @@ def P_ulp(x):
 def test_measurement_rows_are_reproducible_and_in_format():
     a = FW.measurement_rows("bfloat16", 100)
     b = FW.measurement_rows("bfloat16", 100)
-    assert list(a) == list(lneps.book.finite_precision.FAMILIES) + list(FW.HAND_ROWS)
+    assert list(a) == list(lneps.families.SURVEYED) + list(FW.HAND_ROWS)
     assert list(FW.HAND_ROWS) == list(lneps.families.names("hand"))  # one registry of names
     assert all(np.array_equal(a[k], b[k]) for k in a) and a["normal"].dtype == BF16
     assert a["normal"].shape == (FW.ELEMENTS // 100, 100)

@@ -229,7 +229,7 @@ def test_accuracy_survey_values(g, a, survey):
     assert a["zeros_f16"] == P.combine(s16, "lneps default").zeros > 0
     assert a["zeros_bf16"] == P.combine(sbf, "lneps default").zeros > 0
     assert a["naive16_zeros_missed"] == P.combine(s16, "naive float16").zeros_missed > 0
-    assert a["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.FAMILIES)
+    assert a["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.SURVEYED)
     # the oracle settles exactly only the exact zeros, whose sign a float64 estimate cannot tell
     assert a["decided_exactly"] == a["zeros_f16"] + a["zeros_bf16"]
     assert g["ds_text"] == a["ds_text"] == ", ".join(map(str, DS))
@@ -257,7 +257,7 @@ def test_the_default_is_correctly_rounded_by_an_elementwise_exact_check():
     # Independent of the survey's screened oracle: Fractions element by element, on a sample.
     rng = np.random.default_rng(5)
     for low in (F16, BF16, F32):
-        for family in P.FAMILIES:
+        for family in P.SURVEYED:
             x = P.family_rows(family, rng, 2, 100, low)
             want = lneps.oracle.layer_norm_exact(x, eps=EPS)
             np.testing.assert_array_equal(lneps.layer_norm(x, eps=EPS).astype(F64), want)
@@ -273,10 +273,10 @@ def test_accuracy_claims(g, a, survey):
     # and far off at the exact value only at d = 768 and 1000 on rows near 6e4.
     assert g["twopass_scaled_f16"] <= 0.5 and g["twopass_scaled_bf16"] <= 0.5
     assert g["twopass_correct_f16"] < 0.99 and g["twopass_worst_f16"] > 10
-    pow2 = max(s16["float32 two-pass", f, d].worst_ulp for f in P.FAMILIES for d in (8, 64, 512, 4096))
+    pow2 = max(s16["float32 two-pass", f, d].worst_ulp for f in P.SURVEYED for d in (8, 64, 512, 4096))
     assert a["twopass_worst_pow2_f16"] == pytest.approx(pow2, rel=1e-12) and pow2 < 0.51
     for d in (768, 1000):
-        at_d = max(s16["float32 two-pass", f, d].worst_ulp for f in P.FAMILIES)
+        at_d = max(s16["float32 two-pass", f, d].worst_ulp for f in P.SURVEYED)
         assert a[f"twopass_worst_{d}_f16"] == pytest.approx(at_d, rel=1e-12) and at_d > 10
         assert s16["float32 two-pass", "mean_6e4", d].worst_ulp == at_d
     for low in (F16, BF16):
@@ -327,8 +327,8 @@ def test_shown_tables_are_the_surveys(survey):
             header = glued_markdown(f"{kind}_{name}", APPENDIX_NB).splitlines()[0]
             methods = [c.strip() for c in header.strip("|").split("|")][1:]
             assert methods == list(ln_methods(low))
-            assert [r[0] for r in rows] == [re.sub(r"1e-(\d)", r"$10^{-\1}$", f) for f in P.FAMILIES]
-            for fam, row in zip(P.FAMILIES, rows):
+            assert [r[0] for r in rows] == [re.sub(r"1e-(\d)", r"$10^{-\1}$", f) for f in P.SURVEYED]
+            for fam, row in zip(P.SURVEYED, rows):
                 for m, cell in zip(methods, row[1:]):
                     assert cell == as_tex(P.fmt_ulp(measure(survey[low], m, fam))), (name, kind, fam, m)
                 assert float(row[-1]) <= 0.5  # the default column
@@ -565,7 +565,7 @@ def test_defects_beyond_a_correct_kernels_bound(g):
         rng, methods = np.random.default_rng(2026), ln_methods(low)
         count = {m: 0 for m in methods}
         n = 0
-        for family in P.FAMILIES:
+        for family in P.SURVEYED:
             for d in DS:
                 x = P.family_rows(family, rng, max(4096 // d, 1), d, low)
                 limit = lt.two_pass_bound(x, eps=EPS)

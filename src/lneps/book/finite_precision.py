@@ -5,7 +5,7 @@ The work is done in one module per idea, re-exported here:
 * :mod:`lneps.formats`: the formats, the ulp and errors measured in it, and which epsilon
   survives them;
 * :mod:`lneps.naive`: arithmetic with every operation rounded to a format;
-* :mod:`lneps.book.survey`: the stress families surveyed (``FAMILIES``, names of
+* :mod:`lneps.book.survey`: the stress families surveyed (``SURVEYED``, names of
   :mod:`lneps.families`, the one registry of input families) and worst-error surveys;
 * :mod:`lneps.oracle`: the exact reference;
 * :mod:`lneps.book.printing`: the text tables that print them.
