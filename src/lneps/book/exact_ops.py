@@ -43,7 +43,7 @@ import numpy as np
 from .._checks import check_float_dtype
 from ..error_free import split
 from ..oracle import exact_format, round_rational
-from ..formats import round_to
+from ..formats import NARROW, round_to
 
 __all__ = ["FORMATS", "matmul", "exp", "gelu", "gelu_float64", "fsum", "dot", "norm"]
 
@@ -51,7 +51,8 @@ U = 2.0 ** -53
 TINY = 2.0 ** -1000  # absolute slack: above float64's underflow, far below any format's subnormals
 EXP_REL = 2.0 ** -48  # 32 ulp of float64
 GELU_REL = 2.0 ** -40
-FORMATS = ("float16", "bfloat16", "float32")
+#: The formats whose products are exact in float64 (lneps.formats.NARROW), by name.
+FORMATS = tuple(np.dtype(dt).name for dt in NARROW)
 
 
 def _format(dtype) -> np.dtype:

@@ -26,7 +26,7 @@ from . import expansions as dd
 __all__ = ["FAST_FORMATS", "near_boundary", "decide_float64", "round_pair"]
 
 FAST_FORMATS = NARROW  # the 16- and 32-bit formats of lneps.formats.REGISTRY
-_UINT = {2: np.uint16, 4: np.uint32}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
 def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
