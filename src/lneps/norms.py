@@ -115,7 +115,8 @@ def _to_rows(arr: np.ndarray, axes: tuple[int, ...]):
     rows = moved.reshape(-1, d)
 
     def back(y2, keep=False):
-        y = y2.reshape(moved.shape[: arr.ndim - len(axes)] + ((1,) * len(axes) if keep else moved.shape[arr.ndim - len(axes):]))
+        kept = (1,) * len(axes) if keep else moved.shape[arr.ndim - len(axes):]
+        y = y2.reshape(moved.shape[: arr.ndim - len(axes)] + kept)
         return np.moveaxis(y, tuple(range(arr.ndim - len(axes), arr.ndim)), axes)
 
     return rows, back

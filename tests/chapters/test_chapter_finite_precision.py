@@ -248,7 +248,8 @@ def test_the_scaled_error_is_lneps_testings():
                 acc = P.accuracy(y, value, bound, lneps.oracle.layer_norm_rounded(x, eps=EPS, dtype=low), low)
                 report = lt.compare(y, x=x, eps=EPS)
                 if math.isfinite(acc.worst_scaled):
-                    assert acc.worst_scaled == pytest.approx(report.max_ulp_scaled, rel=1e-6, abs=1e-9), (low, family, name)
+                    assert acc.worst_scaled == pytest.approx(report.max_ulp_scaled, rel=1e-6, abs=1e-9), (low, family,
+                                                                                                          name)
                 else:
                     assert math.isinf(report.max_ulp_scaled)
 
@@ -453,7 +454,9 @@ def test_where_zero_variance_comes_from(g):
         assert (lneps.layer_norm(h, eps=EPS) == 0).all()
     assert g["close_distinct16"] == 1 and g["close_var64"] == pytest.approx(1.25e-8)
     printed = next(t for t in stream_text(NB) if "zero-initialized layer" in t).splitlines()
-    assert len(printed) == 3 and all("variance 0;" in line and " NaN of " in line and line.endswith("all outputs 0: True") for line in printed)
+    assert len(printed) == 3
+    assert all("variance 0;" in line and " NaN of " in line and line.endswith("all outputs 0: True")
+               for line in printed)
     # Exercise 2: steps of 0.001 are four different float16 numbers (spacing 2**-10 near 1).
     wider = np.array([1.001, 1.002, 1.003, 1.004]).astype(F16)
     assert g["wider_distinct16"] == len(set(wider.tolist())) == 4

@@ -1,10 +1,8 @@
 """Chapter 7, 'What the frameworks compute': its budget on the rendered page, and the numbers its
 prose states, recomputed from the stored measurements and the inputs."""
 
-import math
 
 import numpy as np
-import pytest
 
 import lneps.testing
 from lneps.book import frameworks as FW
