@@ -30,7 +30,8 @@ so that the temporaries stay in a core's cache and a long row needs no row-sized
    with relative error :math:`e_r`.
 
 Per element (:func:`finish_values`): :math:`\gamma (a + b) r + \beta` with
-:func:`lneps.kernel.expansions.two_prod` and :func:`lneps.kernel.expansions.two_sum`, within :math:`k_1|\hat y| + k_0|\gamma|`
+:func:`lneps.kernel.expansions.two_prod` and :func:`lneps.kernel.expansions.two_sum`, within
+:math:`k_1|\hat y| + k_0|\gamma|`
 (+ the last sum's rounding); the output format's rounding is final unless a rounding boundary
 or 0 lies within twice that bound (:func:`lneps.kernel.rounding.near_boundary`,
 :func:`lneps.kernel.rounding.decide_float64`). Gains beyond :math:`2^{\pm 600}` are left to the exact
@@ -228,12 +229,12 @@ class DDRows:
         for r0, r1, c0, c1 in self.tiles:
             rows = slice(r0, r1)
             a, bp, ah, al = self.parts_of(np.asarray(xr[rows, c0:c1], dtype=np.float64), rows)
-            p, pe = dd.two_prod_split(a, ah, al, a, ah, al)
+            p, pe = dd.two_square(a, ah, al)
             if bp is not None:
                 k2 = a * bp
                 k2 *= 2
                 pe += k2
-            H, L, eq = dd.quantum_sum(p)
+            H, L, eq = dd.quantum_sum(p, p.max(axis=1, initial=0.0))  # p = fl(a^2) >= 0: its maximum is max |p|
             R, nr = dd.blocked_sum(pe)
             rr_abs[rows] += np.abs(pe).sum(axis=1)
             roundings = max(roundings, nr)
