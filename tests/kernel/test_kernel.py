@@ -258,7 +258,8 @@ def test_an_exact_zero_is_plus_zero_and_a_rounded_one_keeps_its_sign(dt, tier, m
     _force(monkeypatch, tier)
     row = np.array([[1, 1, 1, 3, 3, 3]], dtype=dt)  # u = -1, -1, -1, 1, 1, 1 exactly with eps = 0
     counts = {}
-    y, _, _ = kernel.normalize(row, kind="layer", eps=0.0, gamma=np.float64(1.25), beta=np.float64(-1.25), counts=counts)
+    y, _, _ = kernel.normalize(row, kind="layer", eps=0.0, gamma=np.float64(1.25), beta=np.float64(-1.25),
+                               counts=counts)
     assert list(y[0].astype(F64)) == [-2.5] * 3 + [0.0] * 3
     assert not np.signbit(y[0, 3:].astype(F64)).any()  # 1.25 * 1 - 1.25 = 0 exactly: +0
     if tier == "fractions":
@@ -319,7 +320,8 @@ def test_exact_ties_and_cancellation_never_reach_fractions(dt):
                                           (1.25, -1.25, 0.0, -2.5),  # exact cancellation: +0
                                           (-3.0, 3.0, 0.0, 6.0)):
         counts = {}
-        y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=np.float64(gamma), beta=np.float64(beta), counts=counts)
+        y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=np.float64(gamma), beta=np.float64(beta),
+                                   counts=counts)
         y = y.astype(F64)
         assert (y[:, 256:] == want_hi).all() and (y[:, :256] == want_lo).all(), (gamma, beta)
         assert not np.signbit(y[y == 0]).any()
@@ -397,7 +399,8 @@ def test_rows_longer_than_a_block_are_correctly_rounded(dt):
     else:  # the vectorized oracle settles most float64 elements one by one: the judge, on a sample
         from judge import judge_columns, misrounded
 
-        cols = np.concatenate([rng.integers(0, d, 300), np.arange(kernel.BLOCK_ELEMENTS - 3, kernel.BLOCK_ELEMENTS + 3)])
+        cols = np.concatenate([rng.integers(0, d, 300), np.arange(kernel.BLOCK_ELEMENTS - 3,
+                                                                  kernel.BLOCK_ELEMENTS + 3)])
         got = lneps.layer_norm(x, g, b)
         assert not misrounded(got[1, cols], judge_columns(x[1], cols, g, b, eps=1e-5)).any()
         got = lneps.rms_norm(x, g, eps=1e-6)

@@ -91,7 +91,8 @@ def test_round_pair_rounds_an_exact_sum_of_two_floats(dt):
     for tail in tails:
         h, l = dd.two_sum(m, np.full(m.shape, tail) * np.abs(m))
         got = round_pair(h, l, dt)
-        want = [oracle.round_rational(Fraction(float(a)) + Fraction(float(b)), oracle.exact_format(dt)) for a, b in zip(h, l)]
+        want = [oracle.round_rational(Fraction(float(a)) + Fraction(float(b)), oracle.exact_format(dt)) for a,
+                b in zip(h, l)]
         assert np.array_equal(got, np.array(want)), tail
     fi = ml_dtypes.finfo(dt)
     if dt != F64:
@@ -99,7 +100,8 @@ def test_round_pair_rounds_an_exact_sum_of_two_floats(dt):
         got = round_pair(np.array([top, top, top, -top]), np.array([0.0, -(2.0**-200), 2.0**-200, 2.0**-200]), dt)
         assert list(got) == [np.inf, float(fi.max), np.inf, -float(fi.max)]
     q = float(fi.smallest_subnormal)
-    got = round_pair(np.array([q / 2, q / 2, -q / 2, -q / 2, 0.0, -0.0]), np.array([0.0, 2.0**-1074 * (dt != F64), 0.0, 0.0, 0.0, 0.0]), dt)
+    got = round_pair(np.array([q / 2, q / 2, -q / 2, -q / 2, 0.0, -0.0]), np.array([0.0, 2.0**-1074 * (dt != F64), 0.0,
+                                                                                    0.0, 0.0, 0.0]), dt)
     if dt != F64:
         assert list(got) == [0.0, q, 0.0, 0.0, 0.0, 0.0]
         assert list(np.signbit(got)) == [False, False, True, True, False, False]  # exact 0: +0

@@ -104,7 +104,8 @@ def test_variance_method_and_dtype_are_checked():
 
 def test_layer_norm_rounded_in_float64_is_the_package_layer_norm():
     x = np.random.default_rng(1).normal(size=(4, 50))
-    np.testing.assert_allclose(rounded.layer_norm_naive(x, eps=1e-5, dtype=F64), lneps.layer_norm(x), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(rounded.layer_norm_naive(x, eps=1e-5, dtype=F64), lneps.layer_norm(x), rtol=1e-12,
+                               atol=1e-14)
     np.testing.assert_allclose(rounded.rms_norm_naive(x, eps=1e-6, dtype=F64), lneps.rms_norm(x, eps=1e-6), rtol=1e-13)
     assert rounded.layer_norm_naive(x, eps=1e-5, dtype=BF16).dtype == BF16
 
