@@ -53,12 +53,13 @@ EXP_REL = 2.0 ** -48  # 32 ulp of float64
 GELU_REL = 2.0 ** -40
 #: The formats whose products are exact in float64 (lneps.formats.NARROW), by name.
 FORMATS = tuple(np.dtype(dt).name for dt in NARROW)
+_NAMES = ", ".join(FORMATS[:-1]) + " or " + FORMATS[-1]
 
 
 def _format(dtype) -> np.dtype:
     dt = check_float_dtype(dtype)
     if dt.name not in FORMATS:
-        raise ValueError(f"dtype must be float16, bfloat16 or float32; got {dt.name}")
+        raise ValueError(f"dtype must be {_NAMES}; got {dt.name}")
     return dt
 
 
@@ -66,7 +67,7 @@ def _narrow(a, name: str) -> np.ndarray:
     """``a`` as float64, refused unless its values have at most 24 significand bits."""
     arr = np.asarray(a)
     if arr.dtype.name not in FORMATS:
-        raise TypeError(f"{name} must be a float16, bfloat16 or float32 array (products of such "
+        raise TypeError(f"{name} must be a {_NAMES} array (products of such "
                         f"numbers are exact in float64); got dtype {arr.dtype}")
     with np.errstate(invalid="ignore"):  # a bfloat16 NaN converts quietly
         return arr.astype(np.float64)
