@@ -73,10 +73,11 @@ WARNING = re.compile(r"(WARNING|ERROR|CRITICAL):")  # what tests/conftest.py cou
 EXECUTED = re.compile(r"Executing notebook using|Starting inline execution client")
 EXECUTION_LOG = re.compile(r"Executing notebook|Executed notebook|Starting inline execution|Using cached notebook|"
                            r"Cached executed notebook|Skipped execution|Excluded from execution")
-# make test's budget grew from 90 s to 120 s with the trained-network chapter (issue 12).
+# make test's budget grew from 90 s to 120 s with the trained-network chapter (issue 12), and to
+# 180 s when the slow correctness grids moved to make test-full (issue 34).
 NEW_CHAPTERS = ("backward_pass.ipynb", "trained_network.ipynb")
 TARGETS = {"new_chapter_own_work_s": 3.0, "cold_over_floor": 1.3, "warm_rebuild_s": 3.0, "check_jacobian_64_s": 2.0,
-           "make_test_s": 120.0}
+           "make_test_s": 180.0}
 # What `--only build` measures (and replaces in bench/results.json), and what the bench measured
 # while the build executed the notebooks (BOOK_JOBS, the prefill): dropped on merging.
 BUILD_KEYS = ("build_measured", "notebook_execution_s", "notebook_execution", "cold_build", "floor",
