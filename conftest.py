@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent
 
 # A glued figure is stored twice: as PNG bytes (application/papermill.record/image/png), which
 # differ between CPUs (anti-aliasing arithmetic, x86 against arm64), and as text, which
-# lneps.book.figures.describe fills with what the figure shows: its texts and the numbers it plots.
+# lneps.book.plotting.describe fills with what the figure shows: its texts and the numbers it plots.
 # nbval already skips a plain image/png; it skips the glued PNG too and compares the text.
 _nbval_init = nbval.plugin.IPyNbFile.__init__
 
@@ -79,3 +79,39 @@ def pytest_collection_modifyitems(session, config, items):
     # into the cache LNEPS_CACHE_DIR: the tests that read them run after that notebook.
     network = [item for item in items if item not in build and _reads_network(path(item))]
     items[:] = [item for item in items if item not in build and item not in network] + network + build
+
+
+# The slow correctness grids: `make test` leaves them out (-m "not full"), `make test-full` (CI)
+# runs them. Each entry is a test's node id up to its name (every parameter of it), or with a
+# parameter id (that case alone); a lighter case of the same property stays in `make test`.
+FULL = (
+    # the kernel on every hard family at every d: float32 stays, the 16-bit formats are the grid
+    "tests/kernel/test_kernel.py::test_every_family_and_d_is_correctly_rounded[float16]",
+    "tests/kernel/test_kernel.py::test_every_family_and_d_is_correctly_rounded[bfloat16]",
+    "tests/kernel/test_kernel.py::test_rows_longer_than_a_block_are_correctly_rounded[float64]",
+    "tests/kernel/test_kernel.py::test_a_beta_that_cancels_gamma_u[float16]",
+    "tests/kernel/test_kernel.py::test_a_beta_that_cancels_gamma_u[bfloat16]",
+    # the backward pass on long rows: float32 stays
+    "tests/kernel/test_gradients.py::test_long_rows[float16]",
+    "tests/kernel/test_gradients.py::test_long_rows[bfloat16]",
+    "tests/kernel/test_gradients.py::test_long_rows[float64]",
+    # the 16- and 32-bit formats at the edges of their range (float64's edges, the overflow near
+    # 5e307 among them, stay)
+    "tests/kernel/test_kernel_extremes.py::test_16_and_32_bit_rows_at_the_edges_of_their_range",
+    # the testing tool's exact and estimated paths agreeing on every family: float16 stays
+    "tests/testing/test_testing_estimate.py::test_the_shortcuts_decide_as_the_exact_path_does[bfloat16]",
+    "tests/testing/test_testing_estimate.py::test_the_shortcuts_decide_as_the_exact_path_does[<class 'numpy.float32'>]",
+    # a correct two-pass kernel within the bound at large d in float32: d = 8 and 64 stay
+    *(f"tests/testing/test_testing.py::test_a_correct_two_pass_kernel_stays_within_the_bound[{case}]"
+      for case in ("4096-2-<class 'numpy.float32'>", "768-8-<class 'numpy.float32'>")),
+)
+
+
+def _is_full(nodeid: str) -> bool:
+    return any(nodeid == f or nodeid.startswith(f + "[") for f in FULL)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_itemcollected(item):
+    if _is_full(item.nodeid):
+        item.add_marker(pytest.mark.full)

@@ -1,7 +1,8 @@
 """The correctly rounded default of lneps.layer_norm: its cost against plain float64 NumPy, on
 typical and on worst-case input, and its memory.
 
-* Typical: N(0, 1) rows of 4096 x 4096 in float16, bfloat16, float32 and float64. The plain
+* Typical: N(0, 1) rows of 4096 x 4096 in float16, bfloat16, float32 and float64, and float64
+  rows of ROWS_SHAPE (8192 x 1024: shorter rows, the shape the float64 target was set on). The plain
   two-pass computation the issue names (``x.astype(float64)``, mean, ``v = x - mu``,
   ``v / sqrt(mean(v*v) + eps)``, cast back) and ``lneps.layer_norm(x)`` run alternately,
   RUNS times each; the figure is the median of the per-pair ratios (load on a shared machine
@@ -31,8 +32,8 @@ Every entry has the keys bench/run.py renders (for the worst cases and the long 
 "plain" is lneps on N(0, 1) rows), and ``ratio_of_minima``, the fastest run of each: the
 plain formula's 128 MB temporaries make its time jump when other work shares the machine.
 
-Run by ``make bench``; alone: ``python bench/kernel.py`` prints JSON (``--quick`` for fewer runs
-and a smaller typical shape).
+Run by ``make bench``; alone: ``python bench/kernel.py`` prints JSON (``--quick`` for fewer runs,
+and a smaller typical shape; ``--float64-rows`` for the 8192 x 1024 float64 figure alone).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from lneps import batch_norm, group_norm, kernel, layer_norm
 from lneps.kernel.gradients import layer_norm_gradients
 
 SHAPE = (4096, 4096)
+ROWS_SHAPE = (8192, 1024)
 FAMILY_SHAPE = (256, 4096)
 LONG = 1 << 22
 RUNS = 5
@@ -85,6 +87,7 @@ def _extra_memory(f, *, known: int) -> int:
 
 
 def typical(dtype, shape, runs) -> dict:
+    """The typical entry: N(0, 1) rows of ``shape`` in ``dtype``, against plain float64."""
     x = np.random.default_rng(4096).normal(size=shape).astype(dtype)
     layer_norm(x)  # warm up (imports, page faults)
     pairs = [(_timed(lambda: plain(x)), _timed(lambda: layer_norm(x))) for _ in range(runs)]
@@ -93,7 +96,8 @@ def typical(dtype, shape, runs) -> dict:
     extra = _extra_memory(lambda: layer_norm(x), known=x.nbytes)
     return _entry(statistics.median(p for p, _ in pairs), statistics.median(k for _, k in pairs),
                   [k / p for p, k in pairs], counts, extra, x.size, TARGETS[np.dtype(dtype).name],
-                  ratio_of_minima=min(k for _, k in pairs) / min(p for p, _ in pairs))
+                  ratio_of_minima=min(k for _, k in pairs) / min(p for p, _ in pairs),
+                  shape=" x ".join(map(str, shape)))
 
 
 def families(dtype, shape):
@@ -188,7 +192,8 @@ def other_ops(reference_per_element: float) -> dict:
         reference = reference_per_element * x.size
         out[f"float32 {name}, {'x'.join(map(str, NCHW))}"] = {
             "op": name.split(",")[0], "plain_s": reference, "lneps_s": min(times),
-            "ratio": statistics.median(t / reference for t in times), "ratios": [round(t / reference, 3) for t in times],
+            "ratio": statistics.median(t / reference for t in times), "ratios": [round(t / reference,
+                                                                                       3) for t in times],
             "elements": x.size, "extra_memory_float64_copies": extra / (x.size * 8), "target": FAMILY_TARGET,
             "seconds": min(times), "extra_memory_mb": extra / 2**20, "memory_target_mb": LONG_MEMORY_TARGET / 2**20}
     return out
@@ -219,9 +224,15 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quick = "--quick" in argv
     shape, runs = ((1024, 4096), 3) if quick else (SHAPE, RUNS)
+    rows_entry = f"float64, {ROWS_SHAPE[0]} x {ROWS_SHAPE[1]}"
+    if "--float64-rows" in argv:  # this one figure alone (about 10 s)
+        json.dump({rows_entry: typical(np.float64, ROWS_SHAPE, max(runs, 7))}, sys.stdout)
+        print()
+        return 0
     # Every entry has the keys bench/run.py renders; for the worst cases and the long row the
     # reference (its "plain") is lneps itself on N(0, 1) rows, and the target 10.
     results = {np.dtype(dt).name: typical(dt, shape, runs) for dt in FORMATS}
+    results[rows_entry] = typical(np.float64, ROWS_SHAPE, runs)
     for dt in FORMATS:
         results.update(worst_cases(dt, FAMILY_SHAPE, runs))
     f32 = results["float32"]

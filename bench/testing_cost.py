@@ -288,7 +288,8 @@ def targets(r: dict) -> dict:
         if not c.get("judged"):
             continue
         if "time_target_met" in c:
-            out[f"lneps.testing.assert_close, {name}: time <= {TIME_TARGET:g} x torch.testing ({c['time_ratio']:.2f} x)"] = c["time_target_met"]
+            out[f"lneps.testing.assert_close, {name}: time <= {TIME_TARGET:g} x torch.testing "
+                f"({c['time_ratio']:.2f} x)"] = c["time_target_met"]
             mr = c["memory_ratio"]
             out[f"lneps.testing.assert_close, {name}: extra memory <= {MEMORY_TARGET:g} x torch.testing "
                 f"({'n/a' if mr is None else f'{mr:.2f} x'})"] = c["memory_target_met"]
@@ -315,16 +316,19 @@ def rows(r: dict) -> list[tuple[str, str, str]]:
     for name, c in r["cases"].items():
         lm, tm, tf = c.get("lneps"), c.get("torch"), c.get("torch_check_dtype_false")
         time_col = f"{lm['seconds']:.2f} s" if _ok(lm) else "error"
-        notes = [f"lneps {_fmt_tool(lm)} (runs {lm.get('runs')}, {lm.get('extra_memory_input_copies', 0):.2f} input copies)"
+        notes = [f"lneps {_fmt_tool(lm)} (runs {lm.get('runs')}, "
+                 f"{lm.get('extra_memory_input_copies', 0):.2f} input copies)"
                  if _ok(lm) else f"lneps {_fmt_tool(lm)}"]
         if tm is not None:
             notes.append(f"torch.testing {_fmt_tool(tm)}")
         if "time_ratio" in c:
             mr = c["memory_ratio"]
-            notes.append(f"ratios lneps/torch: time {c['time_ratio']:.2f} x, memory {'n/a' if mr is None else f'{mr:.2f} x'}")
+            memory = "n/a" if mr is None else f"{mr:.2f} x"
+            notes.append(f"ratios lneps/torch: time {c['time_ratio']:.2f} x, memory {memory}")
         if tf is not None:
             notes.append(f"torch with check_dtype=False (float64 reference kept) {_fmt_tool(tf)}")
-        out.append((f"Grading {name} (lneps.testing.assert_close default vs torch.testing)", time_col, "; ".join(notes)))
+        out.append((f"Grading {name} (lneps.testing.assert_close default vs torch.testing)", time_col,
+                    "; ".join(notes)))
     return out
 
 
@@ -332,14 +336,15 @@ def table(r: dict) -> str:
     lines = [
         f"Grading cost, one thread, fresh process per case; time: best of {r['runs']} calls (1 for the long "
         "case); extra memory: peak RSS during the call minus RSS before it (largest over the calls).",
-        f"lneps: `{r['lneps_call']}`" + (f" with max_ulp={r['lneps_max_ulp']:g}" if r["lneps_max_ulp"] is not None else ""),
+        f"lneps: `{r['lneps_call']}`"
+        + (f" with max_ulp={r['lneps_max_ulp']:g}" if r["lneps_max_ulp"] is not None else ""),
         f"torch {r['torch'] or '(missing)'}: `{r['torch_call']}` (reference computed inside the timed call); "
         f"for information: `{r['torch_call_info']}`",
         f"Load average (1 min) {r['load_avg_start'][0]:.1f} -> {r['load_avg_end'][0]:.1f} on {os.cpu_count()} CPUs: "
         "the cases run one after another, so load that comes and goes moves the ratios.",
         "",
-        "| case | lneps time | torch time | time ratio (<= 3) | lneps extra MB | torch extra MB | memory ratio (<= 1.5) "
-        "| torch check_dtype=False | passed (lneps / torch) |",
+        "| case | lneps time | torch time | time ratio (<= 3) | lneps extra MB | torch extra MB "
+        "| memory ratio (<= 1.5) | torch check_dtype=False | passed (lneps / torch) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, c in r["cases"].items():
@@ -368,7 +373,8 @@ def table(r: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="What lneps.testing.assert_close costs against torch.testing.")
-    parser.add_argument("--quick", action="store_true", help="1024 x 1024 and 8 x 2**20 instead of 4096 x 4096 and 64 x 2**20")
+    parser.add_argument("--quick", action="store_true",
+                        help="1024 x 1024 and 8 x 2**20 instead of 4096 x 4096 and 64 x 2**20")
     parser.add_argument("--json", action="store_true", help="print one line of JSON (for bench/run.py)")
     parser.add_argument("--write", action="store_true",
                         help="also store the figures under the key testing_cost of bench/results.json (the rest kept)")

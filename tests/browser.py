@@ -115,7 +115,8 @@ LAYOUT_JS = """() => {
     const r = el.getBoundingClientRect();
     if (r.width === 0 && r.height === 0) continue;   // not rendered
     if ((r.right > box.right + 1 || r.left < box.left - 1) && !inScrollBox(el))
-      out.overflow.push(`${name(el)}: ${Math.round(r.left - box.left)}..${Math.round(r.right - box.left)} px in a ${Math.round(box.width)} px column`);
+      out.overflow.push(`${name(el)}: ${Math.round(r.left - box.left)}..${Math.round(r.right - box.left)} px`
+                        + ` in a ${Math.round(box.width)} px column`);
     // MathJax clips its own stretchy glyphs (mjx-ext) by design; a formula as a whole is
     // checked as an element (too wide) and below (a display formula that scrolls).
     if (["hidden", "clip"].includes(overflowX(el)) && el.scrollWidth > el.clientWidth + 1

@@ -6,7 +6,7 @@ import numpy as np
 
 def pairwise_f16(values):
     """Pairwise sum of float16 numbers, every addition rounded to float16 (zero-padded to a
-    power of two, like lneps.book.precision.rounded_sum), one row at a time."""
+    power of two, like lneps.book.finite_precision.rounded_sum), one row at a time."""
     vals = [np.float16(v) for v in values]
     width = 1
     while width < len(vals):

@@ -136,7 +136,8 @@ def judge(x, gamma=None, beta=None, *, eps, kind="layer", fmt=None) -> np.ndarra
     b = None if beta is None else np.broadcast_to(np.asarray(beta), x.shape).reshape(rows.shape)
     out = np.empty(rows.shape)
     for r, row in enumerate(rows):
-        for i, (a, s, bb) in enumerate(_row_values(row, None if g is None else g[r], None if b is None else b[r], eps, kind)):
+        gr, br = None if g is None else g[r], None if b is None else b[r]
+        for i, (a, s, bb) in enumerate(_row_values(row, gr, br, eps, kind)):
             if s == 0:
                 out[r, i] = math.nan if a == 0 else math.copysign(math.inf, a)
             else:

@@ -31,7 +31,8 @@ def _force(monkeypatch, tier):
     if tier in ("no-vectorized-exact", "triple", "fractions"):
         monkeypatch.setattr(kernel_undecided, "round_where_exact",
                             lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))
-        monkeypatch.setattr(kernel_with_stats, "exact_affine", lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
+        monkeypatch.setattr(kernel_with_stats, "exact_affine",
+                            lambda th, tl, sigma, g, b, dt: (np.zeros(len(th)), np.zeros(len(th), dtype=bool)))
     if tier in ("triple", "fractions"):
         finish = kernel_dd.finish_values
 

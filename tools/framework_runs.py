@@ -1,5 +1,6 @@
 """The frameworks behind one interface, run on the book's grid: PyTorch, Flax, ONNX Runtime and
-ONNX's reference evaluator (:data:`RUNNERS`), lneps's reference for what each op computes, the
+ONNX's reference evaluator (:data:`RUNNERS`, one :class:`Runner` for each name of
+``lneps.book.frameworks.FRAMEWORKS``, the one list of frameworks), lneps's reference for what each op computes, the
 grid run block by block (:func:`run_grid`), and a run's provenance (the CPU, the reference's
 commit and whether it rounds correctly).
 
@@ -52,8 +53,36 @@ def reference(op: str, x: np.ndarray, eps: float) -> np.ndarray:
 # --- the runners: each takes rows (n, d) in a NumPy dtype and returns (n, d) in that dtype ---
 
 
-class Torch:
+class Runner:
+    """What a framework's runner holds: its ``name`` (one of ``FW.FRAMEWORKS``), the ``ops`` it
+    runs, whether it takes a thread count, ``run(op, x, eps)``, ``versions()``, and what the
+    spread needs of it: the arithmetic profiles it is run under (:meth:`profiles`) and the
+    settings a run reports as in effect (:meth:`effective`). Adding a framework is a name in
+    ``FW.FRAMEWORKS`` and a subclass here."""
+
+    name = ""
+    ops: tuple = ()
+    takes_threads = False
+
+    @classmethod
+    def make(cls, threads: int = 1) -> "Runner":
+        return cls(threads=threads) if cls.takes_threads else cls()
+
+    @classmethod
+    def profiles(cls, have: set, profile, numpy_env) -> list[dict]:
+        """The profiles --spread runs it under on a CPU with flags ``have``: ``profile(label,
+        env=None, cpus=2, threads=1)`` makes one, ``numpy_env(name)`` is the environment of
+        `make portable`'s numpy profile ``name``. By default numpy's x86-64-v2 baseline only."""
+        return [profile("numpy x86-64-v2 (make portable)", numpy_env("x86-64-v2"))]
+
+    def effective(self) -> dict:
+        """The framework's own settings in effect during a run (beyond CPUs and numpy's SIMD)."""
+        return {}
+
+
+class Torch(Runner):
     name = "torch"
+    takes_threads = True
     ops = ("layer_norm", "rms_norm", "group_norm")
 
     def __init__(self, threads: int = 1):
@@ -67,6 +96,27 @@ class Torch:
     def versions(self):
         return {"torch": self.torch.__version__, "torch_git": self.torch.version.git_version,
                 "cpu_capability": self.torch.backends.cpu.get_cpu_capability()}
+
+    @classmethod
+    def profiles(cls, have, profile, numpy_env):
+        # Only levels the CPU has: ATEN_CPU_CAPABILITY=avx512 on a CPU without AVX-512 dies of an
+        # illegal instruction (torch 2.13 does not check).
+        caps = [None]
+        caps += ["avx512"] if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= have else []
+        caps += ["avx2"] if {"avx2", "fma"} <= have else []
+        caps += ["default"]
+        out = []
+        for cap in caps:
+            env = {} if cap is None else {"ATEN_CPU_CAPABILITY": cap}
+            for threads in (1, 2):
+                label = (f"{'native' if cap is None else 'ATEN_CPU_CAPABILITY=' + cap}, "
+                         f"{threads} thread{'s' * (threads > 1)}")
+                out.append(profile(label, env, threads=threads))
+        return out + super().profiles(have, profile, numpy_env)
+
+    def effective(self):
+        return {"cpu_capability": self.torch.backends.cpu.get_cpu_capability(),
+                "threads": self.torch.get_num_threads()}
 
     def _t(self, x):
         if x.dtype == BF16:
@@ -92,7 +142,7 @@ class Torch:
         return self._n(y)
 
 
-class Flax:
+class Flax(Runner):
     name = "flax"
     ops = ("layer_norm", "layer_norm_two_pass", "rms_norm")
 
@@ -109,6 +159,24 @@ class Flax:
     def versions(self):
         return {"jax": self.jax.__version__, "jaxlib": self.jaxlib.__version__,
                 "flax": self.flax.__version__, "backend": self.jax.default_backend()}
+
+    @classmethod
+    def profiles(cls, have, profile, numpy_env):
+        isas = [None] + [isa for isa, need in (("AVX512", "avx512f"), ("AVX2", "avx2"), ("AVX", "avx"),
+                                               ("SSE4_2", "sse4_2")) if need in have]
+        out = []
+        for isa in isas:
+            env = {} if isa is None else {"XLA_FLAGS": f"--xla_cpu_max_isa={isa}"}
+            for cpus in (2, 1):
+                label = (f"{'native' if isa is None else 'XLA_FLAGS=--xla_cpu_max_isa=' + isa}, "
+                         f"{cpus} CPU{'s' * (cpus > 1)}")
+                out.append(profile(label, env, cpus=cpus))
+        return out + super().profiles(have, profile, numpy_env)
+
+    def effective(self):
+        import os
+
+        return {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
     def _fn(self, op, dtype, eps, d):
         key = (op, str(dtype), eps, d)
@@ -157,9 +225,19 @@ def _onnx_model(op: str, dtype, eps: float):
     return model
 
 
-class OnnxRuntime:
+class OnnxRuntime(Runner):
     name = "onnxruntime"
     ops = ("layer_norm", "rms_norm")
+    takes_threads = True
+
+    @classmethod
+    def profiles(cls, have, profile, numpy_env):
+        # No variable or session option caps MLAS's dispatch (it reads CPUID itself): threads only.
+        return [profile("native, 1 thread"), profile("native, 2 threads", threads=2),
+                profile("native, 1 thread, 1 CPU", cpus=1), *super().profiles(have, profile, numpy_env)]
+
+    def effective(self):
+        return {"threads": self.threads}
 
     def __init__(self, threads: int = 1):
         import onnx
@@ -190,9 +268,14 @@ class OnnxRuntime:
         return sess.run(None, {"X": x, "Scale": np.ones(x.shape[-1], x.dtype)})[0]
 
 
-class OnnxReference:
+class OnnxReference(Runner):
     name = "onnx_reference"
     ops = ("layer_norm", "rms_norm")
+
+    @classmethod
+    def profiles(cls, have, profile, numpy_env):  # numpy's own loops: its SIMD levels are the profiles
+        return [profile("native"), profile("numpy avx2 (make portable)", numpy_env("avx2")),
+                *super().profiles(have, profile, numpy_env)]
 
     def __init__(self):
         import onnx
@@ -214,7 +297,17 @@ class OnnxReference:
         return np.asarray(y).astype(x.dtype)
 
 
-RUNNERS = {"torch": Torch, "flax": Flax, "onnxruntime": OnnxRuntime, "onnx_reference": OnnxReference}
+def _runners() -> dict[str, type[Runner]]:
+    by_name = {cls.name: cls for cls in Runner.__subclasses__()}
+    missing = [name for name in FW.FRAMEWORKS if name not in by_name]
+    if missing or len(by_name) != len(FW.FRAMEWORKS):
+        raise RuntimeError(f"a Runner for each of FW.FRAMEWORKS and no other: missing {missing}, "
+                           f"extra {sorted(set(by_name) - set(FW.FRAMEWORKS))}")
+    return {name: by_name[name] for name in FW.FRAMEWORKS}
+
+
+#: The runners, by framework, in the order of ``FW.FRAMEWORKS``.
+RUNNERS = _runners()
 
 
 # --- the machine ----------------------------------------------------------------------------

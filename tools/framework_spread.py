@@ -69,46 +69,16 @@ def portable_env(name: str) -> dict:
 def spread_profiles(name: str, flags: set[str] | None = None) -> list[dict]:
     """The profiles --spread runs ``name`` under on a CPU with ``flags`` (default: this one's):
     ``env`` (added to an environment without PROFILE_VARS), ``cpus`` (the process's CPU
-    affinity) and ``threads`` (the runner's intra-op threads, torch and ONNX Runtime; the others
-    take none). Only levels the CPU has: ATEN_CPU_CAPABILITY=avx512 on a CPU without AVX-512
-    dies of an illegal instruction (torch 2.13 does not check)."""
+    affinity) and ``threads`` (the runner's intra-op threads, for those that take them): each
+    runner's own :meth:`framework_runs.Runner.profiles`, only levels the CPU has."""
     have = _cpu_flag_set() if flags is None else set(flags)
-    prof = lambda label, env=None, cpus=2, threads=1: {"name": label, "env": env or {}, "cpus": cpus,
-                                                        "threads": threads}
-    v2 = portable_env("x86-64-v2")
-    out = []
-    if name == "torch":
-        caps = [None]
-        caps += ["avx512"] if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= have else []
-        caps += ["avx2"] if {"avx2", "fma"} <= have else []
-        caps += ["default"]
-        for cap in caps:
-            env = {} if cap is None else {"ATEN_CPU_CAPABILITY": cap}
-            for threads in (1, 2):
-                label = (f"{'native' if cap is None else 'ATEN_CPU_CAPABILITY=' + cap}, "
-                         f"{threads} thread{'s' * (threads > 1)}")
-                out.append(prof(label, env, threads=threads))
-        out.append(prof("numpy x86-64-v2 (make portable)", v2))
-    elif name == "flax":
-        isas = [None] + [isa for isa, need in (("AVX512", "avx512f"), ("AVX2", "avx2"), ("AVX", "avx"),
-                                               ("SSE4_2", "sse4_2")) if need in have]
-        for isa in isas:
-            env = {} if isa is None else {"XLA_FLAGS": f"--xla_cpu_max_isa={isa}"}
-            for cpus in (2, 1):
-                label = (f"{'native' if isa is None else 'XLA_FLAGS=--xla_cpu_max_isa=' + isa}, "
-                         f"{cpus} CPU{'s' * (cpus > 1)}")
-                out.append(prof(label, env, cpus=cpus))
-        out.append(prof("numpy x86-64-v2 (make portable)", v2))
-    elif name == "onnxruntime":
-        # No variable or session option caps MLAS's dispatch (it reads CPUID itself): threads only.
-        out += [prof("native, 1 thread"), prof("native, 2 threads", threads=2),
-                prof("native, 1 thread, 1 CPU", cpus=1), prof("numpy x86-64-v2 (make portable)", v2)]
-    elif name == "onnx_reference":  # numpy's own loops: its SIMD levels are the profiles
-        out += [prof("native"), prof("numpy avx2 (make portable)", portable_env("avx2")),
-                prof("numpy x86-64-v2 (make portable)", v2)]
-    else:
-        raise ValueError(name)
-    return out
+    if name not in RUNNERS:
+        raise ValueError(f"name must be one of {list(RUNNERS)}; got {name!r}")
+
+    def profile(label, env=None, cpus=2, threads=1):
+        return {"name": label, "env": env or {}, "cpus": cpus, "threads": threads}
+
+    return RUNNERS[name].profiles(have, profile, portable_env)
 
 
 def _profile_environ(profile: dict) -> dict:
@@ -122,7 +92,7 @@ def spread_worker(name: str, out: Path, threads: int, cpus: int) -> None:
     avail = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, avail[:cpus])  # before any framework starts its thread pools
     t0 = time.perf_counter()
-    runner = RUNNERS[name](threads=threads) if name in ("torch", "onnxruntime") else RUNNERS[name]()
+    runner = RUNNERS[name].make(threads)
     unsupported, rows, arrays, inputs = {}, [], {}, {}
     for op, dtype, d, eps, fams, bounds, x, y in run_grid(runner, unsupported):
         inputs.setdefault(f"{dtype} | {d}", FW.output_digest(x))
@@ -135,13 +105,7 @@ def spread_worker(name: str, out: Path, threads: int, cpus: int) -> None:
 
     effective = {"cpus": len(os.sched_getaffinity(0)),
                  "numpy_simd": next((k for k in ("X86_V4", "X86_V3") if npf.get(k)), "X86_V2")}
-    if name == "torch":
-        effective |= {"cpu_capability": runner.torch.backends.cpu.get_cpu_capability(),
-                      "threads": runner.torch.get_num_threads()}
-    elif name == "onnxruntime":
-        effective["threads"] = runner.threads
-    elif name == "flax":
-        effective["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    effective |= runner.effective()
     out.with_suffix(".json").write_text(json.dumps({
         "rows": rows, "unsupported": unsupported_list(unsupported), "inputs": inputs,
         "versions": runner.versions(), "effective": effective,

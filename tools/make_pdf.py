@@ -112,7 +112,8 @@ PREPARE_JS = """(args) => {
     }
     part = c.part;
     html += `<li class="lneps-entry"><a href="#${h.id}"><span class="lneps-entry-title">${titleOf(h)}</span>`
-          + `<span class="lneps-leader"></span><span class="lneps-page" data-index="${i}">${placeholder}</span></a></li>`;
+          + `<span class="lneps-leader"></span>`
+          + `<span class="lneps-page" data-index="${i}">${placeholder}</span></a></li>`;
     if (i > 0) c.section.classList.add("lneps-new-page");
   });
   toc.innerHTML = html + "</ol>";

@@ -218,7 +218,7 @@ def measure(name: str, **grid) -> dict:
         "cpu_flags": flags,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "reference": lneps_reference_info(),
-        "inputs": {"families": list(lneps.book.precision.FAMILIES), "hand_rows": FW.HAND_ROWS,
+        "inputs": {"families": list(lneps.families.SURVEYED), "hand_rows": FW.HAND_ROWS,
                    "ds": list(grid.get("ds", FW.DS)), "eps": list(grid.get("eps_values", FW.EPS_VALUES)),
                    "dtypes": list(grid.get("dtypes", FW.DTYPES)), "elements_per_family_and_d": FW.ELEMENTS,
                    "seed": FW.SEED},

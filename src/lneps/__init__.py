@@ -6,11 +6,11 @@ The package has three parts, each a folder:
   ``batch_norm``, correctly rounded by default (:mod:`lneps.norms`); their backward passes
   (:mod:`lneps.backward`), the Jacobian (:mod:`lneps.jacobian`) and the softmax, all importable
   from ``lneps`` directly; grading a kernel against them (:mod:`lneps.testing`, with
-  :func:`lneps.formats.ulp`, on the input families of :mod:`lneps.families`); the naive arithmetic rounded to a format (:mod:`lneps.naive`, with
-  :mod:`lneps.formats`);
+  :func:`lneps.formats.ulp`, on the input families of :mod:`lneps.families`); the naive
+  arithmetic rounded to a format (:mod:`lneps.naive`, with :mod:`lneps.formats`);
 * **the kernel** that computes the correctly rounded results (:mod:`lneps.kernel`: a float64
   tier, double-double and triple precision, exact ties; error-free transforms in
-  :mod:`lneps.kernel.error_free`, rounding from first principles in :mod:`lneps.kernel.rounding`; what the
+  :mod:`lneps.kernel.expansions`, rounding from first principles in :mod:`lneps.kernel.rounding`; what the
   book needs of them is exported as :mod:`lneps.error_free` and :func:`lneps.formats.round_to`),
   and **the exact oracle** that checks it in rational arithmetic (:mod:`lneps.oracle`);
 * **the book's studies** (:mod:`lneps.book`): the SymPy derivations, surveys, the frameworks'

@@ -63,7 +63,7 @@ def as_float_array(x, name: str = "x") -> tuple[np.ndarray, np.dtype]:
                     "cannot represent exactly; convert them to floats yourself if rounding is meant"
                 )
         return arr.astype(np.float64), np.dtype(np.float64)
-    if dtype == object and arr.size:
+    if dtype.kind == "O" and arr.size:
         values = arr.ravel()
         if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in values):
             big = next(int(v) for v in values if abs(int(v)) > 2**53)  # why NumPy kept objects

@@ -10,6 +10,6 @@ elementwise on float64 arrays, exact barring overflow and underflow.
 (1.0, True)
 """
 
-from .kernel.error_free import split, two_prod, two_sum
+from .kernel.expansions import split, two_prod, two_sum
 
 __all__ = ["two_sum", "split", "two_prod"]

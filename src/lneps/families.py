@@ -49,7 +49,7 @@ from ._checks import check_float_dtype, check_positive_int
 from .formats import format_of
 from .formats import ulp
 
-__all__ = ["KINDS", "FAMILIES", "HARD", "Family", "InputFamily", "names", "get", "draw"]
+__all__ = ["KINDS", "FAMILIES", "HARD", "SURVEYED", "Family", "InputFamily", "names", "get", "draw"]
 
 #: The kinds of family, each with what it means.
 KINDS = {
@@ -197,6 +197,12 @@ FAMILIES: dict[str, InputFamily] = dict([
 #: The families :func:`lneps.testing.families` returns by default: those that break kernels,
 #: with the plain normal and constant rows every kernel must get right.
 HARD = ("normal", "offset", "near_constant", "constant", "wide_range", "midpoint", "cancelling_beta")
+
+#: The families the book's error surveys (:mod:`lneps.book.survey`) and its measurement of the
+#: frameworks draw, in this order: N(0, 1), five normal distributions that break low-precision
+#: layers, and constant rows. The frameworks' measurement seeds each by its position here
+#: (:func:`lneps.book.frameworks.measurement_rows`): new ones go at the end.
+SURVEYED = ("normal", "mean_1000", "mean_6e4", "sd_300", "sd_1e-3", "sd_1e-4", "constant")
 
 
 def names(kinds=None) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ __all__ = [
     "REGISTRY",
     "DTYPES",
     "NARROW",
+    "FORMAT_NAMES",
     "format_of",
     "FORMATS",
     "round_to",
@@ -38,7 +39,6 @@ __all__ = [
     "ulp_error",
     "worst_ulp_error",
     "EPS_FATES",
-    "significant_digits",
     "format_info",
     "format_table",
     "eps_fate",
@@ -78,17 +78,29 @@ class Format:
         return (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
 
 
+def _dtype_named(name: str) -> np.dtype:
+    # NumPy's own formats by name, else ml_dtypes' (bfloat16, the float8 formats, ...).
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(getattr(ml_dtypes, name))
+
+
 def _read(name: str) -> Format:
-    dt = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    dt = _dtype_named(name)
     fi = ml_dtypes.finfo(dt)
     return Format(name, dt, int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1)
 
 
 #: The formats lneps computes exactly, by name.
 REGISTRY = {name: _read(name) for name in FORMATS}
-#: Their dtypes, in order; :data:`NARROW` the 16- and 32-bit ones (the kernel's float64 tier).
+#: Their dtypes, in order; :data:`NARROW` those float64 arithmetic serves: 2p + 2 <= 53, so that
+#: an elementwise operation done in float64 and rounded once to the format is correctly rounded,
+#: and a product of two of its numbers is exact in float64 (the kernel's float64 tier).
 DTYPES = tuple(f.dtype for f in REGISTRY.values())
-NARROW = DTYPES[:3]
+NARROW = tuple(f.dtype for f in REGISTRY.values() if 2 * f.p + 2 <= 53)
+#: The formats' names as a message lists them: "float16, bfloat16, float32 or float64".
+FORMAT_NAMES = ", ".join(FORMATS[:-1]) + " or " + FORMATS[-1]
 _BY_DTYPE = {f.dtype: f for f in REGISTRY.values()}
 
 
@@ -101,9 +113,9 @@ def format_of(dtype) -> Format:
     (11, -14, 15, 0.00048828125, 65504.0)
     """
     try:
-        return _BY_DTYPE[np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)]
+        return _BY_DTYPE[_dtype_named(dtype) if isinstance(dtype, str) else np.dtype(dtype)]
     except (KeyError, TypeError):
-        raise TypeError(f"no format lneps computes exactly is {dtype!r}: float16, bfloat16, float32 or float64") from None
+        raise TypeError(f"no format lneps computes exactly is {dtype!r}: {FORMAT_NAMES}") from None
 
 EPS_FATES = ("zero", "subnormal", "normal")
 
@@ -121,7 +133,9 @@ def to_format(y: np.ndarray, dtype) -> np.ndarray:
     even; ``ml_dtypes`` converts float64 to bfloat16 through float32, rounding twice, which
     this repairs: the only double-rounding cases are those where the float32 value lands
     exactly on a bfloat16 midpoint, and there one float32 step toward the float64 value
-    decides the side. No checks (the kernel's hot path): :func:`round_to` checks its
+    decides the side. Any other format's conversion (NumPy's own, ml_dtypes' float8 formats) is
+    taken as it is: a format added to :data:`FORMATS` whose conversion from float64 rounds twice
+    needs its repair here. No checks (the kernel's hot path): :func:`round_to` checks its
     arguments."""
     dt = np.dtype(dtype)
     if dt == np.float16:
@@ -216,14 +230,11 @@ def worst_ulp_error(result, reference, dtype) -> float:
     return float(np.max(ulp_error(result, reference, dtype)))
 
 
-def significant_digits(dtype) -> float:
-    r"""Decimal digits carried by p significand bits (implicit bit included): :math:`p \log_{10} 2`."""
-    return (_finfo(dtype).nmant + 1) * math.log10(2)
-
 def format_info(dtype) -> dict:
-    """One format's numbers as Python values: bits, significand bits p (implicit bit included),
+    r"""One format's numbers as Python values: bits, significand bits p (implicit bit included),
     exponent bits, smallest subnormal, smallest normal, largest, machine epsilon (spacing
-    above 1) and significant digits. Sign + exponent + stored significand bits = bits."""
+    above 1) and significant decimal digits, :math:`p \log_{10} 2`. Sign + exponent + stored
+    significand bits = bits."""
     fi = _finfo(dtype)
     return {
         "name": str(check_float_dtype(dtype)),
@@ -234,7 +245,7 @@ def format_info(dtype) -> dict:
         "smallest_normal": float(fi.smallest_normal),
         "largest": float(fi.max),
         "machine_eps": float(fi.eps),
-        "digits": significant_digits(dtype),
+        "digits": (int(fi.nmant) + 1) * math.log10(2),
     }
 
 def format_table(dtypes=FORMATS) -> list[dict]:

@@ -21,8 +21,8 @@ __all__ = [
     "VARIANCE_METHODS",
     "rounded_sum",
     "mean_and_variance",
-    "layer_norm_rounded",
-    "rms_norm_rounded",
+    "layer_norm_naive",
+    "rms_norm_naive",
     "mean_square",
     "condition_number",
 ]
@@ -106,7 +106,7 @@ def mean_and_variance(x, *, dtype, method: str = "two-pass", axis: int = -1):
     with np.errstate(over="ignore", invalid="ignore"):
         return _MOMENTS[method](arr.astype(dt), axis)
 
-def layer_norm_rounded(x, *, eps, dtype, method: str = "two-pass", axis: int = -1) -> np.ndarray:
+def layer_norm_naive(x, *, eps, dtype, method: str = "two-pass", axis: int = -1) -> np.ndarray:
     r"""Layer norm :math:`(x-\mu)/\sqrt{\sigma^2+\varepsilon}` with every operation in ``dtype``.
 
     :math:`\mu` and the biased variance :math:`\sigma^2` (divisor d, the row length) come
@@ -133,7 +133,7 @@ def mean_square(x, *, dtype, axis: int = -1) -> np.ndarray:
         return _divide_by_count(rounded_sum(xd * xd, dt, axis), xd.shape[axis])
 
 
-def rms_norm_rounded(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
+def rms_norm_naive(x, *, eps, dtype, axis: int = -1) -> np.ndarray:
     r"""RMS norm :math:`x/\sqrt{\frac1d\sum x_i^2+\varepsilon}` with every operation in ``dtype``.
 
     ``x`` must be real; no gain (applied by :func:`lneps.rms_norm`). Epsilon is stored in

@@ -54,7 +54,7 @@ from ._checks import (
     check_supported,
 )
 from .formats import DTYPES
-from .naive import layer_norm_rounded, mean_and_variance, mean_square, rms_norm_rounded
+from .naive import layer_norm_naive, mean_and_variance, mean_square, rms_norm_naive
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps"]
 
@@ -115,7 +115,8 @@ def _to_rows(arr: np.ndarray, axes: tuple[int, ...]):
     rows = moved.reshape(-1, d)
 
     def back(y2, keep=False):
-        y = y2.reshape(moved.shape[: arr.ndim - len(axes)] + ((1,) * len(axes) if keep else moved.shape[arr.ndim - len(axes):]))
+        kept = (1,) * len(axes) if keep else moved.shape[arr.ndim - len(axes):]
+        y = y2.reshape(moved.shape[: arr.ndim - len(axes)] + kept)
         return np.moveaxis(y, tuple(range(arr.ndim - len(axes), arr.ndim)), axes)
 
     return rows, back
@@ -166,7 +167,7 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
         ``None`` (default): correctly rounded (see the module docstring): each element is the
         nearest number of x's format to the exact result. A real floating dtype: every
         operation rounded to it, epsilon, gamma and beta included
-        (:func:`lneps.naive.layer_norm_rounded`). Either way the output has x's dtype.
+        (:func:`lneps.naive.layer_norm_naive`). Either way the output has x's dtype.
     return_stats : bool
         Also return ``mean`` and ``rstd`` :math:`= 1/\sqrt{\sigma^2+\varepsilon}`, shaped like x
         with the normalized axes kept as length 1 (as ONNX's ``Mean`` and ``InvStdDev``). With
@@ -200,7 +201,7 @@ def layer_norm(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, compute_dtype=Non
     stats = _check_flag(return_stats, "return_stats")
     if dt is not None:
         rows, back = _to_rows(arr.astype(dt), axes)
-        y2 = layer_norm_rounded(rows, eps=eps, dtype=dt, axis=-1)
+        y2 = layer_norm_naive(rows, eps=eps, dtype=dt, axis=-1)
         y = back(y2)
         if g is not None:
             y = y * g.astype(dt)
@@ -253,7 +254,7 @@ def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_sta
     stats = _check_flag(return_stats, "return_stats")
     if dt is not None:
         rows, back = _to_rows(arr.astype(dt), axes)
-        y = back(rms_norm_rounded(rows, eps=eps, dtype=dt, axis=-1))
+        y = back(rms_norm_naive(rows, eps=eps, dtype=dt, axis=-1))
         if g is not None:
             y = y * g.astype(dt)
         out = y.astype(out_dtype, copy=False)

@@ -41,8 +41,8 @@ import numpy as np
 from ._checks import as_real_float_array, check_eps, check_float_dtype
 
 __all__ = [
-    "Format",
-    "format_of",
+    "ExactFormat",
+    "exact_format",
     "round_rational",
     "round_quotient",
     "round_float64",
@@ -57,7 +57,7 @@ __all__ = [
 _U = 2.0**-53  # unit roundoff of float64
 
 
-class Format:
+class ExactFormat:
     """A binary format from first principles: p significand bits (the implicit one included),
     normal exponents ``emin..emax``. ``quantum(e)`` is the spacing in the binade
     :math:`[2^e, 2^{e+1})`, never below the smallest subnormal :math:`2^{e_{\\min}-p+1}`."""
@@ -67,14 +67,14 @@ class Format:
         self.largest = Fraction((2**p - 1) * 2 ** (emax - p + 1))
 
     def __repr__(self):
-        return f"Format({self.name!r}, p={self.p}, emin={self.emin}, emax={self.emax})"
+        return f"ExactFormat({self.name!r}, p={self.p}, emin={self.emin}, emax={self.emax})"
 
 
-def format_of(dtype) -> Format:
-    """The :class:`Format` of a real floating dtype, read from ``ml_dtypes.finfo``."""
+def exact_format(dtype) -> ExactFormat:
+    """The :class:`ExactFormat` of a real floating dtype, read from ``ml_dtypes.finfo``."""
     dt = check_float_dtype(dtype)
     fi = ml_dtypes.finfo(dt)
-    return Format(str(dt), int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1)
+    return ExactFormat(str(dt), int(fi.nmant) + 1, int(fi.minexp), int(fi.maxexp) - 1)
 
 
 def _binade(a: Fraction) -> int:
@@ -86,7 +86,7 @@ def _binade(a: Fraction) -> int:
     return e
 
 
-def round_rational(value, fmt: Format) -> float:
+def round_rational(value, fmt: ExactFormat) -> float:
     """The format's nearest number to the rational ``value`` (ties to even), as a Python float.
 
     Values whose rounding exceeds the largest finite number give ``±inf``, as IEEE 754
@@ -111,7 +111,7 @@ def round_rational(value, fmt: Format) -> float:
     return out if v > 0 else -out
 
 
-def _next_up(value: float, fmt: Format) -> float:
+def _next_up(value: float, fmt: ExactFormat) -> float:
     """The format number just above a finite format number (``inf`` above the largest)."""
     v = Fraction(value)
     if v >= fmt.largest:
@@ -122,7 +122,7 @@ def _next_up(value: float, fmt: Format) -> float:
     return float(v + Fraction(2) ** (e - fmt.p + 1))
 
 
-def _next_down(value: float, fmt: Format) -> float:
+def _next_down(value: float, fmt: ExactFormat) -> float:
     v = Fraction(value)
     if v <= 0:
         return -_next_up(-value, fmt)
@@ -133,7 +133,7 @@ def _next_down(value: float, fmt: Format) -> float:
     return float(v - step)
 
 
-def _boundary(lo: float, hi: float, fmt: Format):
+def _boundary(lo: float, hi: float, fmt: ExactFormat):
     """The rounding boundary between adjacent results lo < hi, or None if not adjacent."""
     if np.isinf(lo) and np.isinf(hi):
         return None
@@ -144,7 +144,7 @@ def _boundary(lo: float, hi: float, fmt: Format):
     return (Fraction(lo) + Fraction(hi)) / 2 if _next_up(lo, fmt) == hi else None
 
 
-def _is_even(value: float, fmt: Format) -> bool:
+def _is_even(value: float, fmt: ExactFormat) -> bool:
     """Whether a format number's last significand bit is 0 (infinity counts as even)."""
     v = abs(Fraction(value)) if np.isfinite(value) else None
     if v is None or v == 0:
@@ -165,7 +165,7 @@ def _sign_of_difference(a: Fraction, s: Fraction, c: Fraction) -> int:
     return cmp if a > 0 else -cmp
 
 
-def round_quotient(a, s, b, fmt: Format, bits: int = 96) -> float:
+def round_quotient(a, s, b, fmt: ExactFormat, bits: int = 96) -> float:
     r"""The format's nearest number to :math:`a/\sqrt{s} + b` (rationals a, b; s >= 0), exactly.
 
     :math:`\sqrt s` is bracketed by integer square roots to ``bits`` bits; when both ends of
@@ -227,7 +227,7 @@ def _affine(param, shape, name) -> np.ndarray | None:
         raise ValueError(f"{name} of shape {p.shape} does not broadcast to x's shape {shape}") from None
 
 
-def _exact_layer_norm_row(row, g, b, eps: Fraction, fmt: Format) -> list[float]:
+def _exact_layer_norm_row(row, g, b, eps: Fraction, fmt: ExactFormat) -> list[float]:
     xs = [Fraction(float(v)) for v in row]
     d = len(xs)
     S = sum(xs)
@@ -246,7 +246,7 @@ def layer_norm_exact(x, gamma=None, beta=None, *, eps, dtype=None) -> np.ndarray
     values (so bfloat16 results need no conversion to be compared).
     """
     x64 = _rows(x)
-    fmt = format_of(_out_dtype(x, dtype))
+    fmt = exact_format(_out_dtype(x, dtype))
     e = Fraction(check_eps(eps))
     g, b = _affine(gamma, x64.shape, "gamma"), _affine(beta, x64.shape, "beta")
     flat = x64.reshape(-1, x64.shape[-1])
@@ -261,7 +261,7 @@ def rms_norm_exact(x, gamma=None, *, eps, dtype=None) -> np.ndarray:
     r"""RMS norm :math:`\gamma_i x_i/\sqrt{\frac1d\sum_j x_j^2+\varepsilon}` over the last axis,
     exactly, each element rounded once to ``dtype`` (as :func:`layer_norm_exact`)."""
     x64 = _rows(x)
-    fmt = format_of(_out_dtype(x, dtype))
+    fmt = exact_format(_out_dtype(x, dtype))
     e = Fraction(check_eps(eps))
     g = _affine(gamma, x64.shape, "gamma")
     flat = x64.reshape(-1, x64.shape[-1])
@@ -376,7 +376,7 @@ def round_float64(y, dtype) -> np.ndarray:
     """Round float64 values to ``dtype``'s nearest number (ties to even) from first principles:
     divide by the spacing (a power of two), ``np.rint`` (ties to even), multiply back, and
     overflow to ``inf`` past the largest number. Returns float64."""
-    fmt = format_of(dtype)
+    fmt = exact_format(dtype)
     y = np.asarray(y, dtype=np.float64)
     a = np.abs(y)
     _, ex = np.frexp(a)
@@ -400,7 +400,7 @@ def _correctly_rounded(x, gamma, beta, eps, dtype, kind):
     :func:`round_quotient` where they do not; n is how many were rounded exactly so."""
     value, bound, (shape2, g, b, rows) = _value(x, gamma, beta, eps, kind)
     dt = _out_dtype(x, dtype)
-    fmt = format_of(dt)
+    fmt = exact_format(dt)
     v, bd = value.reshape(shape2), bound.reshape(shape2)
     with np.errstate(over="ignore", invalid="ignore"):
         lo, hi = round_float64(v - bd, dt), round_float64(v + bd, dt)

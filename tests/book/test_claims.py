@@ -120,7 +120,7 @@ def test_the_training_numbers_are_the_runs(g):
 
     import numpy as np
 
-    from lneps.book.report import sci
+    from lneps.book.printing import sci
 
     data = Path(__file__).resolve().parents[2] / "src/lneps/book/data/training"
     manifest = json.loads((data / "runs.json").read_text())

@@ -39,7 +39,7 @@ def test_every_file_has_the_full_grid_and_its_provenance(fw):
     assert d["framework"] == fw and d["date"].startswith("20")
     assert d["platform"]["cpu"] and d["cpu_flags"] and d["versions"]["numpy"] == np.__version__
     assert d["inputs"]["ds"] == list(FW.DS) and d["inputs"]["eps"] == list(FW.EPS_VALUES)
-    families = len(lneps.book.precision.FAMILIES) + len(FW.HAND_ROWS)
+    families = len(lneps.families.SURVEYED) + len(FW.HAND_ROWS)
     ops = {r["op"] for r in d["results"]}
     pairs = {(r["op"], r["dtype"]) for r in d["results"]}
     assert len(pairs) + len(d["unsupported"]) == len(ops) * len(FW.DTYPES)
@@ -104,20 +104,20 @@ def test_error_summary_counts():
 
 
 def P_ulp(x):
-    return lneps.book.precision.ulp(x, F16)
+    return lneps.book.finite_precision.ulp(x, F16)
 
 
 def test_measurement_rows_are_reproducible_and_in_format():
     a = FW.measurement_rows("bfloat16", 100)
     b = FW.measurement_rows("bfloat16", 100)
-    assert list(a) == list(lneps.book.precision.FAMILIES) + list(FW.HAND_ROWS)
+    assert list(a) == list(lneps.families.SURVEYED) + list(FW.HAND_ROWS)
     assert list(FW.HAND_ROWS) == list(lneps.families.names("hand"))  # one registry of names
     assert all(np.array_equal(a[k], b[k]) for k in a) and a["normal"].dtype == BF16
     assert a["normal"].shape == (FW.ELEMENTS // 100, 100)
     # the same draws in every format: the float16 rows are within one float16 ulp of the float32 ones
     r32, r16 = FW.measurement_rows("float32", 8)["sd_300"], FW.measurement_rows("float16", 8)["sd_300"]
     gap = np.abs(r32.astype(np.float64) - r16.astype(np.float64))
-    assert np.all(gap <= lneps.book.precision.ulp(r32, F16)) and not np.array_equal(r32, r16.astype(F32))
+    assert np.all(gap <= lneps.book.finite_precision.ulp(r32, F16)) and not np.array_equal(r32, r16.astype(F32))
     assert np.all(FW.hand_row("65504_and_65472", 5) == [65504, 65472, 65504, 65472, 65504])
     with pytest.raises(ValueError, match="name must be one of"):
         FW.hand_row("constant 7", 4)
@@ -185,7 +185,7 @@ def test_incidents_file():
     for inc in incs:
         assert "{" + inc["cite"] + "," in bib.replace("@misc{", "{"), inc["cite"]
     q = INC.by_key()["pytorch-66707"]["quoted"]
-    assert q["greatest_difference"] == float(lneps.book.precision.ulp(1.0, F16))
+    assert q["greatest_difference"] == float(lneps.book.finite_precision.ulp(1.0, F16))
 
 
 def test_chapter_numbers_match_the_data():

@@ -16,7 +16,7 @@ from matplotlib.testing.compare import compare_images
 from PIL import Image
 
 import lneps
-from lneps.book import figures
+from lneps.book import plotting
 from lneps.book import response as resp
 from notebooks import BOOK
 
@@ -215,10 +215,10 @@ def _lines(fig, prefix):
 def test_figure_layout_and_size(fig):
     assert len(fig.axes) == 2
     assert "unit gains and zero biases" in resp.TITLE and "$(-t, 0, t)$" in resp.TITLE
-    # Drawn at the size the page shows it, narrow enough for a phone (lneps.book.figures).
+    # Drawn at the size the page shows it, narrow enough for a phone (lneps.book.plotting).
     assert tuple(fig.get_size_inches()) == resp.FIGSIZE == (5.6, 6.4)
-    assert resp.WIDTH_PX <= figures.MAX_WIDTH
-    assert figures.smallest_text_pt(fig) >= figures.MIN_TEXT_PT
+    assert resp.WIDTH_PX <= plotting.MAX_WIDTH
+    assert plotting.smallest_text_pt(fig) >= plotting.MIN_TEXT_PT
     assert fig.axes[1].get_yscale() == "log"
     # Stacked: the response above the sensitivity, sharing t.
     top, bottom = (ax.get_position() for ax in fig.axes)
@@ -264,7 +264,7 @@ def test_the_png_records_its_size_for_the_page():
     image = Image.open(FIGURE)
     assert image.size == (2 * resp.WIDTH_PX, 2 * resp.HEIGHT_PX)
     assert image.info["lneps:css-width"] == str(resp.WIDTH_PX)
-    assert float(image.info["lneps:min-text-px"]) >= figures.MIN_TEXT_PT * 100 / 72 - 0.01
+    assert float(image.info["lneps:min-text-px"]) >= plotting.MIN_TEXT_PT * 100 / 72 - 0.01
 
 
 def test_saving_twice_gives_the_same_bytes(tmp_path, fig):

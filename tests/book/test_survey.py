@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.book import report, survey
+from lneps.book import printing, survey
 
 F16, BF16, F32, F64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
 
@@ -69,11 +69,11 @@ def test_combine_over_d_and_families():
                                     (9999.4, "9999"), (1.234e5, "1.2e+05"), (np.inf, "inf"),
                                     (np.float64(np.nan), "nan")])
 def test_fmt_ulp(v, text):
-    assert report.fmt_ulp(v) == text
+    assert printing.fmt_ulp(v) == text
 
 
 def test_text_table_layout():
-    assert report.text_table(["a", "bb"], [["x", 1], ["yyy", 22]]) == "a    bb\n---  --\nx     1\nyyy  22"
+    assert printing.text_table(["a", "bb"], [["x", 1], ["yyy", 22]]) == "a    bb\n---  --\nx     1\nyyy  22"
 
 
 def test_oracle_survey_judges_by_the_exact_answer_and_counts_exact_zeros_apart():

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import lneps
-from lneps.book import precision as P
+from lneps.book import finite_precision as P
 from lneps.book import defaults, eps_tables
-from lneps.book.report import fmt_vec
+from lneps.book.printing import fmt_vec
 from notebooks import glued, read, stream_text
 from rendered import built_article, code_share
 
@@ -63,7 +63,7 @@ def markdown_text(nb: str = NB) -> str:
 
 def ln_methods(low):
     # The methods written out again, not read from P.layer_norm_methods: the test checks it.
-    in_f32 = lambda method: (lambda x: P.layer_norm_rounded(x, eps=EPS, dtype=F32, method=method).astype(low))
+    in_f32 = lambda method: (lambda x: P.layer_norm_naive(x, eps=EPS, dtype=F32, method=method).astype(low))
     return {
         f"naive {np.dtype(low).name}": lambda x: lneps.layer_norm(x, eps=EPS, compute_dtype=low),
         "float32 one-pass": in_f32("one-pass"),
@@ -229,7 +229,7 @@ def test_accuracy_survey_values(g, a, survey):
     assert a["zeros_f16"] == P.combine(s16, "lneps default").zeros > 0
     assert a["zeros_bf16"] == P.combine(sbf, "lneps default").zeros > 0
     assert a["naive16_zeros_missed"] == P.combine(s16, "naive float16").zeros_missed > 0
-    assert a["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.FAMILIES)
+    assert a["survey_elements"] == 2 * sum(max(4096 // d, 1) * d for d in DS) * len(P.SURVEYED)
     # the oracle settles exactly only the exact zeros, whose sign a float64 estimate cannot tell
     assert a["decided_exactly"] == a["zeros_f16"] + a["zeros_bf16"]
     assert g["ds_text"] == a["ds_text"] == ", ".join(map(str, DS))
@@ -248,7 +248,8 @@ def test_the_scaled_error_is_lneps_testings():
                 acc = P.accuracy(y, value, bound, lneps.oracle.layer_norm_rounded(x, eps=EPS, dtype=low), low)
                 report = lt.compare(y, x=x, eps=EPS)
                 if math.isfinite(acc.worst_scaled):
-                    assert acc.worst_scaled == pytest.approx(report.max_ulp_scaled, rel=1e-6, abs=1e-9), (low, family, name)
+                    assert acc.worst_scaled == pytest.approx(report.max_ulp_scaled, rel=1e-6, abs=1e-9), (low, family,
+                                                                                                          name)
                 else:
                     assert math.isinf(report.max_ulp_scaled)
 
@@ -257,7 +258,7 @@ def test_the_default_is_correctly_rounded_by_an_elementwise_exact_check():
     # Independent of the survey's screened oracle: Fractions element by element, on a sample.
     rng = np.random.default_rng(5)
     for low in (F16, BF16, F32):
-        for family in P.FAMILIES:
+        for family in P.SURVEYED:
             x = P.family_rows(family, rng, 2, 100, low)
             want = lneps.oracle.layer_norm_exact(x, eps=EPS)
             np.testing.assert_array_equal(lneps.layer_norm(x, eps=EPS).astype(F64), want)
@@ -273,10 +274,10 @@ def test_accuracy_claims(g, a, survey):
     # and far off at the exact value only at d = 768 and 1000 on rows near 6e4.
     assert g["twopass_scaled_f16"] <= 0.5 and g["twopass_scaled_bf16"] <= 0.5
     assert g["twopass_correct_f16"] < 0.99 and g["twopass_worst_f16"] > 10
-    pow2 = max(s16["float32 two-pass", f, d].worst_ulp for f in P.FAMILIES for d in (8, 64, 512, 4096))
+    pow2 = max(s16["float32 two-pass", f, d].worst_ulp for f in P.SURVEYED for d in (8, 64, 512, 4096))
     assert a["twopass_worst_pow2_f16"] == pytest.approx(pow2, rel=1e-12) and pow2 < 0.51
     for d in (768, 1000):
-        at_d = max(s16["float32 two-pass", f, d].worst_ulp for f in P.FAMILIES)
+        at_d = max(s16["float32 two-pass", f, d].worst_ulp for f in P.SURVEYED)
         assert a[f"twopass_worst_{d}_f16"] == pytest.approx(at_d, rel=1e-12) and at_d > 10
         assert s16["float32 two-pass", "mean_6e4", d].worst_ulp == at_d
     for low in (F16, BF16):
@@ -327,8 +328,8 @@ def test_shown_tables_are_the_surveys(survey):
             header = glued_markdown(f"{kind}_{name}", APPENDIX_NB).splitlines()[0]
             methods = [c.strip() for c in header.strip("|").split("|")][1:]
             assert methods == list(ln_methods(low))
-            assert [r[0] for r in rows] == [re.sub(r"1e-(\d)", r"$10^{-\1}$", f) for f in P.FAMILIES]
-            for fam, row in zip(P.FAMILIES, rows):
+            assert [r[0] for r in rows] == [re.sub(r"1e-(\d)", r"$10^{-\1}$", f) for f in P.SURVEYED]
+            for fam, row in zip(P.SURVEYED, rows):
                 for m, cell in zip(methods, row[1:]):
                     assert cell == as_tex(P.fmt_ulp(measure(survey[low], m, fam))), (name, kind, fam, m)
                 assert float(row[-1]) <= 0.5  # the default column
@@ -357,7 +358,7 @@ def test_negative_one_pass_variance(g):
 
 
 def test_float32_output_needs_float64_statistics(a):
-    methods = {"float32 two-pass": lambda x: P.layer_norm_rounded(x, eps=EPS, dtype=F32),
+    methods = {"float32 two-pass": lambda x: P.layer_norm_naive(x, eps=EPS, dtype=F32),
                "float64 two-pass": float64_two_pass,
                "lneps default": lambda x: lneps.layer_norm(x, eps=EPS)}
     s32 = P.oracle_survey(methods, eps=EPS, dtype=F32, ds=DS, rng=np.random.default_rng(32), elements=2048)
@@ -453,7 +454,9 @@ def test_where_zero_variance_comes_from(g):
         assert (lneps.layer_norm(h, eps=EPS) == 0).all()
     assert g["close_distinct16"] == 1 and g["close_var64"] == pytest.approx(1.25e-8)
     printed = next(t for t in stream_text(NB) if "zero-initialized layer" in t).splitlines()
-    assert len(printed) == 3 and all("variance 0;" in line and " NaN of " in line and line.endswith("all outputs 0: True") for line in printed)
+    assert len(printed) == 3
+    assert all("variance 0;" in line and " NaN of " in line and line.endswith("all outputs 0: True")
+               for line in printed)
     # Exercise 2: steps of 0.001 are four different float16 numbers (spacing 2**-10 near 1).
     wider = np.array([1.001, 1.002, 1.003, 1.004]).astype(F16)
     assert g["wider_distinct16"] == len(set(wider.tolist())) == 4
@@ -565,7 +568,7 @@ def test_defects_beyond_a_correct_kernels_bound(g):
         rng, methods = np.random.default_rng(2026), ln_methods(low)
         count = {m: 0 for m in methods}
         n = 0
-        for family in P.FAMILIES:
+        for family in P.SURVEYED:
             for d in DS:
                 x = P.family_rows(family, rng, max(4096 // d, 1), d, low)
                 limit = lt.two_pass_bound(x, eps=EPS)

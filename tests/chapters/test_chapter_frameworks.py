@@ -1,10 +1,8 @@
 """Chapter 7, 'What the frameworks compute': its budget on the rendered page, and the numbers its
 prose states, recomputed from the stored measurements and the inputs."""
 
-import math
 
 import numpy as np
-import pytest
 
 import lneps.testing
 from lneps.book import frameworks as FW
@@ -78,7 +76,7 @@ def test_eps_rule_as_stated():
 
 
 def test_numbers_typed_into_the_prose_and_exercises():
-    from lneps.book import precision as P
+    from lneps.book import finite_precision as P
 
     assert float(P.ulp(6e10, np.float32)) == 4096                  # "float32 numbers are 4096 apart"
     assert float(P.ulp(1e9, np.float32)) == 64                     # exercise 1: 1000 * 10**6

@@ -198,7 +198,7 @@ def test_the_scale_sweep_is_a_numbered_figure_with_a_caption():
     ]
     assert len(stored) == 1
     assert "application/papermill.record/image/png" in stored[0]["data"]
-    # drawn by lneps.book.figures: shown 560 px wide, the PNG at twice that
+    # drawn by lneps.book.plotting: shown 560 px wide, the PNG at twice that
     assert stored[0]["metadata"]["image/png"] == {"width": 560}  # the height follows the width on a phone
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "```{glue:figure} fig-ch1-scale-sweep\n:name: fig-ch1-scale-sweep\n:alt: " in markdown

@@ -377,7 +377,7 @@ def _expected_cells():
 
 
 def test_the_training_table_is_read_from_the_stored_runs(g):
-    from lneps.book.report import sci
+    from lneps.book.printing import sci
 
     assert len(_training()[0]["seeds"]) == g["tr_runs"] == 3
     assert g["tr_steps"] == _training()[0]["recipe"]["steps"] == 300
@@ -421,7 +421,7 @@ def test_the_table_in_the_page_pastes_the_cells_in_order():
 
 
 def test_which_epsilon_for_a_new_model(g):
-    from lneps.book.report import sci
+    from lneps.book.printing import sci
 
     # the largest epsilon of the sweep that no family trained worse with (by an effect)
     sweeps = {col: _sweep(*nf) for col, nf in COLUMNS.items()}
@@ -509,8 +509,10 @@ def test_the_training_rows_facts(g):
     for r in _runs(placement="sandwich", init="zero_resid", eps=0.0):
         assert manifest["runs"][r]["first_nonfinite_step"] == 0 and manifest["runs"][r]["stopped_at"] is not None
     # float16: eps stored in float16 (0) against 1e-12 kept in float32
-    d = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-12, precision="fp16_norm32", steps=150)])
-    e = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-12, precision="fp16_eps16", steps=150)])
+    d = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-12,
+                                           precision="fp16_norm32", steps=150)])
+    e = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-12,
+                                           precision="fp16_eps16", steps=150)])
     diff, effect, _ = _against(d, e)
     assert not effect and g["f16_eps16_diff"] == pytest.approx(abs(diff), rel=1e-6)
     assert g["f16_eps16_spread"] == pytest.approx(max(np.ptp(d), np.ptp(e)), rel=1e-6)
@@ -518,8 +520,10 @@ def test_the_training_rows_facts(g):
         for r in _runs(placement="sandwich", init="zero_resid", eps=1e-12, precision=prec, steps=150):
             assert (manifest["runs"][r]["stopped_at"] is not None) == dead, r
     # bfloat16: the norm in bfloat16 against the norm in float32, held-out loss after 150 steps
-    b = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-5, precision="bf16_norm32", steps=150)])
-    c = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-5, precision="bf16_norm16", steps=150)])
+    b = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-5,
+                                           precision="bf16_norm32", steps=150)])
+    c = np.array([_final(r) for r in _runs(init="normal", placement="pre", eps=1e-5,
+                                           precision="bf16_norm16", steps=150)])
     diff, effect, _ = _against(b, c)
     assert not effect and g["bf_norm_diff"] == pytest.approx(abs(diff), rel=1e-6)
     assert g["bf_norm_spread"] == pytest.approx(max(np.ptp(b), np.ptp(c)), rel=1e-6)

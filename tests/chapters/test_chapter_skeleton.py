@@ -1,6 +1,7 @@
 """Every chapter follows the reader's path of the plan: it opens with "In this chapter" (the
-question it answers, what the reader can do afterwards, what to know first) and closes with a Summary whose numbers are computed and
-2-5 Exercises with solutions in dropdowns, one of which asks the reader to change and run code.
+question it answers, what the reader can do afterwards, what to know first) and closes with a
+Summary whose numbers are computed and 2-5 Exercises with solutions in dropdowns, one of which
+asks the reader to change and run code.
 
 Read from the built HTML (the session fixture built_book) for every notebook chapter of
 _toc.yml, and from the notebook's markdown for the Summary's numbers.

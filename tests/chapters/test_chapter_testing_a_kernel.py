@@ -130,7 +130,8 @@ def test_the_bounds_quoted(g):
     assert g["b32_768"] == round(top(np.float32, "normal", 768))
     assert g["b16off_768"] == round(top(np.float16, "offset", 768), 1)
     mantissa, exponent = f"{top(np.float32, 'offset', 768):.1e}".split("e+")
-    assert g["b32off_768"] == f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    superscript = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+    assert g["b32off_768"] == f"{mantissa} × 10" + str(int(exponent)).translate(superscript)
     # the prose: below one ulp in float16 and bfloat16 at d = 768, hundreds in float32
     assert 0.5 < g["bbf_768"] < g["b16_768"] < 1 < g["b16_4096"] < 100 < g["b32_768"]
     # exercise 2: D = gamma_{d+1} M r for offset float16 rows (M about 2^7, r about 1)

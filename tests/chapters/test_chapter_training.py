@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lneps.book.report import sci
+from lneps.book.printing import sci
 from notebooks import glued, markdown, read, stream_text
 
 NB = "training.ipynb"

@@ -36,7 +36,8 @@ def judge_round(v: Fraction, dt) -> float:
         return 0.0
     p, emin, emax = _fmt(dt)
     a = abs(v)
-    e = math.frexp(float(a))[1] - 1 if 2.0**-1000 < a < 2.0**1000 else a.numerator.bit_length() - a.denominator.bit_length()
+    e = (math.frexp(float(a))[1] - 1 if 2.0**-1000 < a < 2.0**1000
+         else a.numerator.bit_length() - a.denominator.bit_length())
     while Fraction(2) ** e > a:
         e -= 1
     while Fraction(2) ** (e + 1) <= a:
@@ -45,7 +46,8 @@ def judge_round(v: Fraction, dt) -> float:
     n, rem = divmod(a / Fraction(2) ** q, 1)
     if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2):
         n += 1
-    out = float(n * Fraction(2) ** q) if n * Fraction(2) ** q <= (2**p - 1) * Fraction(2) ** (emax - p + 1) else math.inf
+    largest = (2**p - 1) * Fraction(2) ** (emax - p + 1)
+    out = float(n * Fraction(2) ** q) if n * Fraction(2) ** q <= largest else math.inf
     return -out if v < 0 else out
 
 

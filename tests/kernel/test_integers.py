@@ -15,7 +15,8 @@ RNG = np.random.default_rng(20261202)
 
 def rows_of_every_size(n=40, d=9):
     """Rows spanning the float64 range: normal, subnormal, huge, zeros, and a row of zeros."""
-    a = RNG.normal(size=(n, d)) * 2.0 ** RNG.integers(-1060, 960, size=(n, 1)) * 2.0 ** RNG.integers(-20, 20, size=(n, d))
+    a = RNG.normal(size=(n, d)) * 2.0 ** RNG.integers(-1060, 960,
+                                                      size=(n, 1)) * 2.0 ** RNG.integers(-20, 20, size=(n, d))
     a[RNG.random((n, d)) < 0.2] = 0.0
     a[0] = 0.0
     a[1, :3] = [5e-324, -1e-320, 2.0**-1022]

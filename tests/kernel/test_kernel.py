@@ -96,7 +96,7 @@ def test_values_put_within_a_hair_of_a_rounding_boundary(dt):
     # beta = m - gamma * u_estimate puts the exact value within ~1e-16 (relative) of the
     # midpoint m between two neighbouring numbers: only an exact decision gets these right.
     rng = np.random.default_rng(2718)
-    fmt = oracle.format_of(dt)
+    fmt = oracle.exact_format(dt)
     counts = {}
     for d in (3, 100, 1000):
         x = family("student-t", rng, 2000 // d + 1, d, dt)
@@ -215,7 +215,7 @@ def test_the_oracles_rounding_of_hand_assembled_values_agrees_with_the_kernel():
     S = sum(Fraction(v) for v in x[0])
     t = [3 * Fraction(v) - S for v in x[0]]
     s = sum(ti * ti for ti in t) / 3 + 9 * Fraction(1e-5)
-    fmt = oracle.format_of(F64)
+    fmt = oracle.exact_format(F64)
     assert [oracle.round_quotient(ti, s, 0, fmt) for ti in t] == list(lneps.layer_norm(x)[0])
 
 
@@ -258,7 +258,8 @@ def test_an_exact_zero_is_plus_zero_and_a_rounded_one_keeps_its_sign(dt, tier, m
     _force(monkeypatch, tier)
     row = np.array([[1, 1, 1, 3, 3, 3]], dtype=dt)  # u = -1, -1, -1, 1, 1, 1 exactly with eps = 0
     counts = {}
-    y, _, _ = kernel.normalize(row, kind="layer", eps=0.0, gamma=np.float64(1.25), beta=np.float64(-1.25), counts=counts)
+    y, _, _ = kernel.normalize(row, kind="layer", eps=0.0, gamma=np.float64(1.25), beta=np.float64(-1.25),
+                               counts=counts)
     assert list(y[0].astype(F64)) == [-2.5] * 3 + [0.0] * 3
     assert not np.signbit(y[0, 3:].astype(F64)).any()  # 1.25 * 1 - 1.25 = 0 exactly: +0
     if tier == "fractions":
@@ -319,7 +320,8 @@ def test_exact_ties_and_cancellation_never_reach_fractions(dt):
                                           (1.25, -1.25, 0.0, -2.5),  # exact cancellation: +0
                                           (-3.0, 3.0, 0.0, 6.0)):
         counts = {}
-        y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=np.float64(gamma), beta=np.float64(beta), counts=counts)
+        y, _, _ = kernel.normalize(x, kind="layer", eps=0.0, gamma=np.float64(gamma), beta=np.float64(beta),
+                                   counts=counts)
         y = y.astype(F64)
         assert (y[:, 256:] == want_hi).all() and (y[:, :256] == want_lo).all(), (gamma, beta)
         assert not np.signbit(y[y == 0]).any()
@@ -397,7 +399,8 @@ def test_rows_longer_than_a_block_are_correctly_rounded(dt):
     else:  # the vectorized oracle settles most float64 elements one by one: the judge, on a sample
         from judge import judge_columns, misrounded
 
-        cols = np.concatenate([rng.integers(0, d, 300), np.arange(kernel.BLOCK_ELEMENTS - 3, kernel.BLOCK_ELEMENTS + 3)])
+        cols = np.concatenate([rng.integers(0, d, 300), np.arange(kernel.BLOCK_ELEMENTS - 3,
+                                                                  kernel.BLOCK_ELEMENTS + 3)])
         got = lneps.layer_norm(x, g, b)
         assert not misrounded(got[1, cols], judge_columns(x[1], cols, g, b, eps=1e-5)).any()
         got = lneps.rms_norm(x, g, eps=1e-6)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lneps import oracle
-from lneps.kernel import error_free as dd
+from lneps.kernel import expansions as dd
 from lneps.formats import to_format
 from lneps.kernel.rounding import decide_float64, near_boundary, round_pair
 
@@ -20,7 +20,7 @@ LOW = [F16, BF16, F32]
 def midpoints(dt, rng, n):
     """Random midpoints between neighbouring numbers of dt, as float64 (exact): half a spacing
     away from 0 beyond a number (so always inside its binade)."""
-    fmt = oracle.format_of(dt)
+    fmt = oracle.exact_format(dt)
     r = oracle.round_float64(rng.normal(size=n) * 10.0 ** rng.integers(-6, 5, n), dt)
     _, ex = np.frexp(np.abs(r))
     ex = np.where(r == 0, fmt.emin + 1, ex)  # frexp(0) says 0: zero's neighbours are subnormal
@@ -55,7 +55,7 @@ def test_ml_dtypes_alone_double_rounds_and_to_format_does_not():
 @pytest.mark.parametrize("dt", LOW, ids=lambda d: np.dtype(d).name)
 def test_near_boundary_never_clears_an_interval_holding_a_boundary(dt):
     rng = np.random.default_rng(13)
-    fmt = oracle.format_of(dt)
+    fmt = oracle.exact_format(dt)
     m = midpoints(dt, rng, 3000)
     # Values at, near and far from midpoints, powers of two, subnormals and zero.
     y = np.concatenate([m, m * (1 + 2.0**-45), m * (1 - 2.0**-40), rng.normal(size=3000),
@@ -91,7 +91,8 @@ def test_round_pair_rounds_an_exact_sum_of_two_floats(dt):
     for tail in tails:
         h, l = dd.two_sum(m, np.full(m.shape, tail) * np.abs(m))
         got = round_pair(h, l, dt)
-        want = [oracle.round_rational(Fraction(float(a)) + Fraction(float(b)), oracle.format_of(dt)) for a, b in zip(h, l)]
+        want = [oracle.round_rational(Fraction(float(a)) + Fraction(float(b)), oracle.exact_format(dt)) for a,
+                b in zip(h, l)]
         assert np.array_equal(got, np.array(want)), tail
     fi = ml_dtypes.finfo(dt)
     if dt != F64:
@@ -99,7 +100,8 @@ def test_round_pair_rounds_an_exact_sum_of_two_floats(dt):
         got = round_pair(np.array([top, top, top, -top]), np.array([0.0, -(2.0**-200), 2.0**-200, 2.0**-200]), dt)
         assert list(got) == [np.inf, float(fi.max), np.inf, -float(fi.max)]
     q = float(fi.smallest_subnormal)
-    got = round_pair(np.array([q / 2, q / 2, -q / 2, -q / 2, 0.0, -0.0]), np.array([0.0, 2.0**-1074 * (dt != F64), 0.0, 0.0, 0.0, 0.0]), dt)
+    got = round_pair(np.array([q / 2, q / 2, -q / 2, -q / 2, 0.0, -0.0]), np.array([0.0, 2.0**-1074 * (dt != F64), 0.0,
+                                                                                    0.0, 0.0, 0.0]), dt)
     if dt != F64:
         assert list(got) == [0.0, q, 0.0, 0.0, 0.0, 0.0]
         assert list(np.signbit(got)) == [False, False, True, True, False, False]  # exact 0: +0

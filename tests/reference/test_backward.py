@@ -48,7 +48,8 @@ def test_central_differences_agree_too():
     for idx in np.ndindex(x.shape):
         e = np.zeros_like(x)
         e[idx] = h
-        num[idx] = (np.sum(g * lneps.layer_norm(x + e, eps=1e-5)) - np.sum(g * lneps.layer_norm(x - e, eps=1e-5))) / (2 * h)
+        up, down = np.sum(g * lneps.layer_norm(x + e, eps=1e-5)), np.sum(g * lneps.layer_norm(x - e, eps=1e-5))
+        num[idx] = (up - down) / (2 * h)
     assert np.max(np.abs(got - num)) < 1e-8
 
 
@@ -117,14 +118,6 @@ def test_default_matches_the_kernel_on_any_axis_and_gain_shape():
     want = gradients.rms_norm_gradients(rows(x), rows(g), 2.0, eps=1e-6, dtype=np.float32)
     np.testing.assert_array_equal(rows(r.x), want[0])
     np.testing.assert_array_equal(r.gamma, want[1])
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    import lneps.backward
-
-    assert doctest.testmod(lneps.backward).failed == 0
 
 
 def test_complex_input_and_stats_dtype_keep_the_float64_formula():

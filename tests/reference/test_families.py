@@ -22,7 +22,7 @@ def test_names_are_unique_keys_in_one_scheme():
         assert fam.name == name and NAME.fullmatch(name), name
         assert fam.kind in F.KINDS and fam.description and "\n" not in fam.description
     assert set(F.names("distribution")) | set(F.names("format")) | set(F.names("hand")) == set(F.FAMILIES)
-    assert set(F.HARD) <= set(F.FAMILIES) and set(survey.FAMILIES) <= set(F.FAMILIES)
+    assert set(F.HARD) <= set(F.FAMILIES) and set(F.SURVEYED) <= set(F.FAMILIES)
     assert set(FW.HAND_ROWS) == set(F.names("hand"))
 
 
@@ -100,13 +100,13 @@ def test_the_testing_tool_draws_the_registry_s_rows(dtype):
 
 @pytest.mark.parametrize("dtype", (np.float16, ml_dtypes.bfloat16, np.float32))
 def test_the_survey_and_the_frameworks_draw_the_registry_s_rows(dtype):
-    for name in survey.FAMILIES:
+    for name in F.SURVEYED:
         rows = survey.family_rows(name, np.random.default_rng(5), 6, 16, dtype)
         assert np.array_equal(rows, F.draw(name, np.random.default_rng(5), 16, 6, dtype).x)
     dtname = "bfloat16" if dtype is ml_dtypes.bfloat16 else np.dtype(dtype).name
     rows = FW.measurement_rows(dtname, 100)
-    assert list(rows) == list(survey.FAMILIES) + list(F.names("hand"))
-    for k, name in enumerate(survey.FAMILIES):
+    assert list(rows) == list(F.SURVEYED) + list(F.names("hand"))
+    for k, name in enumerate(F.SURVEYED):
         ref = F.draw(name, np.random.default_rng([FW.SEED, k, 100]), 100, FW.ELEMENTS // 100, np.float64).x
         assert np.array_equal(rows[name], ref.astype(dtype))
     for name in F.names("hand"):
@@ -116,8 +116,8 @@ def test_the_survey_and_the_frameworks_draw_the_registry_s_rows(dtype):
 
 def test_the_stored_measurements_use_the_registry_s_names():
     for data in FW.load_all().values():
-        assert {r["family"] for r in data["results"]} == set(survey.FAMILIES) | set(F.names("hand"))
-        assert data["inputs"]["families"] == list(survey.FAMILIES)
+        assert {r["family"] for r in data["results"]} == set(F.SURVEYED) | set(F.names("hand"))
+        assert data["inputs"]["families"] == list(F.SURVEYED)
         assert data["inputs"]["hand_rows"] == FW.HAND_ROWS
         assert {p["row"] for p in data["probes"].values()} <= set(F.names("hand"))
         assert all(v["family"] in F.FAMILIES for v in data["implied_variance"].values())

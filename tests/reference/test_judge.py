@@ -75,7 +75,8 @@ def hard_cases(dt):
     # RMS ties: rows of -1 and 1 have s = 1 (eps = 0), and gamma puts +-u on a midpoint
     x = np.tile(np.array([1.0, -1.0]), (3, d // 2)) * np.array([[1.0], [2.0], [0.5]])
     gam = np.array([1 + half, 1 + 3 * half, 2 - half, 1 + half + 2.0**-70 * (dt != F64)])[np.arange(d) % 4]
-    cases += [("rms ties", x, gam, None, 0.0, "rms"), ("rms irrational", rng.normal(size=(3, d)), gam, None, 1e-6, "rms")]
+    cases += [("rms ties", x, gam, None, 0.0, "rms"), ("rms irrational", rng.normal(size=(3, d)), gam, None, 1e-6,
+                                                       "rms")]
     # the overflow threshold: u = +-1, gamma at and next to it
     x = ties_rows(2, 4)
     if threshold is not None:

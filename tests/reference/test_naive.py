@@ -44,8 +44,8 @@ def test_rounded_sum_in_float64_is_close_to_the_exact_sum(values):
 ROUNDED = {
     "rounded_sum": lambda x: rounded.rounded_sum(x, F32),
     "mean_and_variance": lambda x: rounded.mean_and_variance(x, dtype=F32),
-    "layer_norm_rounded": lambda x: rounded.layer_norm_rounded(x, eps=1e-5, dtype=F32),
-    "rms_norm_rounded": lambda x: rounded.rms_norm_rounded(x, eps=1e-6, dtype=F32),
+    "layer_norm_naive": lambda x: rounded.layer_norm_naive(x, eps=1e-5, dtype=F32),
+    "rms_norm_naive": lambda x: rounded.rms_norm_naive(x, eps=1e-6, dtype=F32),
 }
 
 
@@ -65,7 +65,7 @@ def test_rounded_arithmetic_takes_integers_and_lists():
     assert float(rounded.rounded_sum([1, 2, 3], F16)[0]) == 6.0
     mu, var = rounded.mean_and_variance([1, 2, 3, 6], dtype=F32)
     assert (float(mu[0]), float(var[0])) == (3.0, 3.5)
-    np.testing.assert_allclose(rounded.rms_norm_rounded([3, 4], eps=0.0, dtype=F64), [3 / 12.5**0.5, 4 / 12.5**0.5])
+    np.testing.assert_allclose(rounded.rms_norm_naive([3, 4], eps=0.0, dtype=F64), [3 / 12.5**0.5, 4 / 12.5**0.5])
 
 
 def test_rounded_sum_keeps_the_axis():
@@ -104,9 +104,10 @@ def test_variance_method_and_dtype_are_checked():
 
 def test_layer_norm_rounded_in_float64_is_the_package_layer_norm():
     x = np.random.default_rng(1).normal(size=(4, 50))
-    np.testing.assert_allclose(rounded.layer_norm_rounded(x, eps=1e-5, dtype=F64), lneps.layer_norm(x), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(rounded.rms_norm_rounded(x, eps=1e-6, dtype=F64), lneps.rms_norm(x, eps=1e-6), rtol=1e-13)
-    assert rounded.layer_norm_rounded(x, eps=1e-5, dtype=BF16).dtype == BF16
+    np.testing.assert_allclose(rounded.layer_norm_naive(x, eps=1e-5, dtype=F64), lneps.layer_norm(x), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(rounded.rms_norm_naive(x, eps=1e-6, dtype=F64), lneps.rms_norm(x, eps=1e-6), rtol=1e-13)
+    assert rounded.layer_norm_naive(x, eps=1e-5, dtype=BF16).dtype == BF16
 
 
 def test_condition_number_is_chan_golub_leveque_s_kappa():

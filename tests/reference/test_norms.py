@@ -23,7 +23,8 @@ def test_closed_form_of_the_worked_example():
 @pytest.mark.parametrize("shape,axis", [((7,), -1), ((3, 5), -1), ((3, 5), 0), ((2, 3, 4), 1)])
 def test_matches_numpy_reference_on_any_shape_and_axis(shape, axis):
     x = np.random.default_rng(0).normal(2.0, 3.0, size=shape)
-    np.testing.assert_allclose(lneps.layer_norm(x, axis=axis), reference_layer_norm(x, 1e-5, axis), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(lneps.layer_norm(x, axis=axis), reference_layer_norm(x, 1e-5, axis), rtol=1e-13,
+                               atol=1e-14)
 
 
 def test_gamma_and_beta_apply_per_feature_along_the_axis():
@@ -97,7 +98,8 @@ def test_affine_of_the_wrong_length_names_itself_and_both_shapes(name):
     with pytest.raises(ValueError, match=rf"{name}.*\(4,\).*\(3,\)"):
         lneps.layer_norm(np.ones((2, 4)), **{name: np.ones(3)})
     with pytest.raises(ValueError, match=name):
-        lneps.rms_norm(np.ones(4), np.ones((4, 1))) if name == "gamma" else lneps.layer_norm(np.ones(4), beta=np.ones((2, 2)))
+        lneps.rms_norm(np.ones(4), np.ones((4, 1))) if name == "gamma" else lneps.layer_norm(np.ones(4),
+                                                                                             beta=np.ones((2, 2)))
 
 
 def test_empty_axis_is_a_value_error():
@@ -163,7 +165,8 @@ def test_low_precision_input_keeps_its_dtype_on_every_path(fn, dtype):
 def test_compute_dtype_float64_agrees_with_the_default():
     # Same two-pass formula, explicit pairwise sums instead of np.mean: equal to rounding.
     x = np.random.default_rng(5).normal(3.0, 2.0, size=(6, 33))
-    np.testing.assert_allclose(lneps.layer_norm(x, compute_dtype=np.float64), lneps.layer_norm(x), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(lneps.layer_norm(x, compute_dtype=np.float64), lneps.layer_norm(x), rtol=1e-13,
+                               atol=1e-14)
     np.testing.assert_allclose(lneps.rms_norm(x, compute_dtype=np.float64), lneps.rms_norm(x), rtol=1e-13)
 
 
@@ -276,7 +279,8 @@ def test_group_norm_is_torchs_and_is_correctly_rounded():
     x = rng.normal(1, 2, (3, 6, 5, 2))
     w, b = rng.normal(size=6), rng.normal(size=6)
     for G in (1, 2, 3, 6):  # 6: instance normalization
-        np.testing.assert_allclose(lneps.group_norm(x, G, w, b), torch_group_norm(x, G, w, b, 1e-5), rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(lneps.group_norm(x, G, w, b), torch_group_norm(x, G, w, b, 1e-5), rtol=1e-13,
+                                   atol=1e-13)
     x32 = x.astype(np.float32)
     rows = x32.reshape(3 * 2, -1)
     gamma = np.broadcast_to(w.reshape(1, 6, 1, 1), x.shape).reshape(6, -1)
@@ -330,7 +334,7 @@ def test_batch_norm_inference_is_correctly_rounded_where_eps_meets_a_tiny_varian
     x = np.array([[0.1, -0.2, 0.3], [1e-4, 2e-4, -1e-4]], dtype=np.float32).T  # (tokens, features)
     rm, rv = np.array([0.05, 1e-4]), np.array([1e-12, 0.0])
     got = lneps.batch_norm(x, training=False, running_mean=rm, running_var=rv)
-    fmt = oracle.format_of(np.float32)
+    fmt = oracle.exact_format(np.float32)
     for i in range(3):
         for j in range(2):
             a = Fraction(float(x[i, j])) - Fraction(float(rm[j]))
@@ -409,7 +413,8 @@ def test_a_gain_of_shape_1_d_broadcasts_like_numpy():
     g, b = np.linspace(0.5, 2, 5), np.linspace(-1, 1, 5)
     want = lneps.layer_norm(x, g, b)
     np.testing.assert_array_equal(lneps.layer_norm(x, g[None, :], b[None, :]), want)
-    np.testing.assert_array_equal(lneps.layer_norm(x, g, np.float64(0.25) * np.ones((1, 1))), lneps.layer_norm(x, g, 0.25))
+    np.testing.assert_array_equal(lneps.layer_norm(x, g, np.float64(0.25) * np.ones((1, 1))),
+                                  lneps.layer_norm(x, g, 0.25))
     np.testing.assert_array_equal(lneps.rms_norm(x, g[None, :]), lneps.rms_norm(x, g))
     x3 = x.reshape(3, 1, 5).repeat(2, axis=1)  # (3, 2, 5): a (1, 1, 5) gain and a (5,) one agree
     np.testing.assert_array_equal(lneps.layer_norm(x3, g.reshape(1, 1, 5)), lneps.layer_norm(x3, g))
@@ -417,7 +422,8 @@ def test_a_gain_of_shape_1_d_broadcasts_like_numpy():
     z = np.random.default_rng(31).normal(size=(2, 4, 3))
     c = np.array([1.0, 2.0, -1.0, 0.5])
     np.testing.assert_array_equal(lneps.group_norm(z, 2, c.reshape(1, 4, 1), c), lneps.group_norm(z, 2, c, c))
-    np.testing.assert_array_equal(lneps.batch_norm(z, c.reshape(1, 4, 1), axis=(0, 2)), lneps.batch_norm(z, c, axis=(0, 2)))
+    np.testing.assert_array_equal(lneps.batch_norm(z, c.reshape(1, 4, 1), axis=(0, 2)),
+                                  lneps.batch_norm(z, c, axis=(0, 2)))
 
 
 def test_a_gain_varying_along_another_axis_is_refused_by_name():

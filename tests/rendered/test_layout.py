@@ -10,7 +10,7 @@ after opening every dropdown and folded cell, in the main column of every page o
 * the page never scrolls sideways;
 * every figure is drawn at the width it is shown on a laptop, and its smallest text is at
   least 9 CSS px as displayed, on a laptop and on a phone. The text size is read from the
-  figure's PNG, which lneps.book.figures stamps with the figure's design width and its smallest
+  figure's PNG, which lneps.book.plotting stamps with the figure's design width and its smallest
   font size, measured on the figure's own text artists when it was drawn.
 
 * every table scrolls only inside a box of its own, never the page; a table wider than the
@@ -56,7 +56,7 @@ def test_nothing_is_wider_than_the_column(visits, page, size):
 
 
 def figure_record(png_path) -> dict:
-    """The design width and smallest text size lneps.book.figures stamps into a figure's PNG."""
+    """The design width and smallest text size lneps.book.plotting stamps into a figure's PNG."""
     info = Image.open(png_path).info
     if "lneps:css-width" not in info:
         return {}
@@ -72,7 +72,7 @@ def test_figures_are_drawn_at_their_size_with_readable_text(visits, page):
             path = HTML / unquote(urlsplit(img["src"]).path).lstrip("/")
             record = figure_record(path) if path.suffix == ".png" else {}
             if not record:
-                problems.append(f"{path.name}: no size record; draw it with lneps.book.figures")
+                problems.append(f"{path.name}: no size record; draw it with lneps.book.plotting")
                 continue
             scale = img["shown"] / record["css_width"]
             text = record["min_text_px"] * scale

@@ -6,22 +6,22 @@ threadpoolctl). Each is loaded on first use (``lneps.book.survey``):
 
 * derivations in SymPy: ``symbolic``, ``symbolic_backward``;
 * the response family and its figure: ``response``;
-* finite precision: ``precision`` (with ``survey``, the families of hard rows and their error
-  surveys), ``report`` (how numbers are printed);
+* finite precision: ``finite_precision`` (with ``survey``, the families of hard rows and their
+  error surveys), ``printing`` (how numbers are printed);
 * the frameworks' defaults and measurements: ``defaults``, ``eps_swap``, ``eps_tables``,
   ``frameworks``, ``incidents``, reading the tables of facts in ``data/``;
 * the trained network: ``minilm`` and ``activations``, in the defined arithmetic of
   ``exact_ops`` (each operation's exact result, rounded once);
 * testing a kernel: ``defective`` and ``kernel_zoo`` (correct and defective kernels), graded
   by ``zoo_grades``;
-* the figures and the slider: ``figures``, ``slider``.
+* the figures and the slider: ``plotting``, ``slider``.
 """
 
 import importlib
 
-_MODULES = ("symbolic", "symbolic_backward", "response", "precision", "survey", "report",
+_MODULES = ("symbolic", "symbolic_backward", "response", "finite_precision", "survey", "printing",
             "defaults", "eps_swap", "eps_tables", "frameworks", "incidents", "minilm", "activations",
-            "exact_ops", "defective", "kernel_zoo", "zoo_grades", "figures", "slider", "training")
+            "exact_ops", "defective", "kernel_zoo", "zoo_grades", "plotting", "slider", "training")
 
 
 def __getattr__(name):

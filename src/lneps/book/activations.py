@@ -70,7 +70,7 @@ def float16_sum_of_squares(x) -> np.ndarray:
     r"""Per row, :math:`\sum_i (x_i - \mu)^2` as a naive float16 layer norm computes it: the row
     rounded to float16, :math:`\mu` its pairwise float16 sum divided by d (rounded), the
     differences, squares and their pairwise sum all rounded to float16
-    (:func:`lneps.book.precision.rounded_sum`). ``inf`` where the sum overflows 65504."""
+    (:func:`lneps.book.finite_precision.rounded_sum`). ``inf`` where the sum overflows 65504."""
     x16 = np.asarray(x).astype(np.float16)
     d = x16.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):

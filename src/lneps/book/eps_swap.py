@@ -33,7 +33,7 @@ def row_statistic(x, *, kind: str = "LayerNorm", axis: int = -1) -> np.ndarray:
     r"""The per-row :math:`q` the epsilon is added to: the biased variance (``"LayerNorm"``)
     or the mean square (``"RMSNorm"``), in float64, one number per row (``axis`` removed).
 
-    The variance is :func:`lneps.book.precision.mean_and_variance` in float64 (two-pass, divisor
+    The variance is :func:`lneps.book.finite_precision.mean_and_variance` in float64 (two-pass, divisor
     d); the mean square :math:`\frac1d\sum_i x_i^2` has no other home in the package.
     """
     if kind not in KINDS:

@@ -42,8 +42,8 @@ import numpy as np
 
 from .._checks import check_float_dtype
 from ..error_free import split
-from ..oracle import format_of, round_rational
-from ..formats import round_to as to_format
+from ..oracle import exact_format, round_rational
+from ..formats import NARROW, round_to
 
 __all__ = ["FORMATS", "matmul", "exp", "gelu", "gelu_float64", "fsum", "dot", "norm"]
 
@@ -51,13 +51,15 @@ U = 2.0 ** -53
 TINY = 2.0 ** -1000  # absolute slack: above float64's underflow, far below any format's subnormals
 EXP_REL = 2.0 ** -48  # 32 ulp of float64
 GELU_REL = 2.0 ** -40
-FORMATS = ("float16", "bfloat16", "float32")
+#: The formats whose products are exact in float64 (lneps.formats.NARROW), by name.
+FORMATS = tuple(np.dtype(dt).name for dt in NARROW)
+_NAMES = ", ".join(FORMATS[:-1]) + " or " + FORMATS[-1]
 
 
 def _format(dtype) -> np.dtype:
     dt = check_float_dtype(dtype)
     if dt.name not in FORMATS:
-        raise ValueError(f"dtype must be float16, bfloat16 or float32; got {dt.name}")
+        raise ValueError(f"dtype must be {_NAMES}; got {dt.name}")
     return dt
 
 
@@ -65,7 +67,7 @@ def _narrow(a, name: str) -> np.ndarray:
     """``a`` as float64, refused unless its values have at most 24 significand bits."""
     arr = np.asarray(a)
     if arr.dtype.name not in FORMATS:
-        raise TypeError(f"{name} must be a float16, bfloat16 or float32 array (products of such "
+        raise TypeError(f"{name} must be a {_NAMES} array (products of such "
                         f"numbers are exact in float64); got dtype {arr.dtype}")
     with np.errstate(invalid="ignore"):  # a bfloat16 NaN converts quietly
         return arr.astype(np.float64)
@@ -76,8 +78,8 @@ def _round_interval(lo: np.ndarray, hi: np.ndarray, dt: np.dtype):
     number (rounding is monotonic), and where they do not: ``undecided``, bit for bit, so that
     signed zeros count as different. ``out`` holds ``lo``'s rounding there."""
     with np.errstate(over="ignore", invalid="ignore"):
-        out = to_format(lo, dt)
-        hi_r = to_format(hi, dt)
+        out = round_to(lo, dt)
+        hi_r = round_to(hi, dt)
     bits = np.dtype(f"u{dt.itemsize}")
     undecided = (out.view(bits) != hi_r.view(bits)) | np.isnan(lo) | np.isnan(hi)
     return out, undecided
@@ -100,7 +102,7 @@ def _exact_dot_rounded(a_row: np.ndarray, b_col: np.ndarray, bias: float, dt: np
         # every term is a multiple of 2**-298, so a nonzero exact sum is far above float64's
         # underflow: r == 0 means the exact sum is 0, whose IEEE sign is +0
         return 0.0
-    return to_format(np.array([_side(r, math.fsum(terms + [-r]))]), dt)[0]
+    return round_to(np.array([_side(r, math.fsum(terms + [-r]))]), dt)[0]
 
 
 def matmul(a, b, dtype, bias=None) -> np.ndarray:
@@ -150,7 +152,7 @@ def _round_by_mpmath(value_at, x: float, dt: np.dtype) -> float:
     precision; a transcendental value is never exactly a boundary, so this ends."""
     import mpmath
 
-    fmt = format_of(dt)
+    fmt = exact_format(dt)
     for bits in (64, 128, 256, 512, 1024, 2048):
         with mpmath.workprec(bits):
             v = value_at(mpmath.mpf(x))
@@ -181,7 +183,7 @@ def _elementwise(x, dt, approx_fn, rel, exact_fn, *, positive: bool, limits):
     lo = np.where(sign > 0, np.maximum(lo, 0.0), lo)
     hi = np.where(sign < 0, np.minimum(hi, -0.0), hi)
     out, undecided = _round_interval(lo, hi, dt)
-    out[undecided] = to_format(approx[undecided], dt)
+    out[undecided] = round_to(approx[undecided], dt)
     undecided &= finite
     for idx in zip(*np.nonzero(undecided)):
         out[idx] = _round_by_mpmath(exact_fn, float(x64[idx]), dt)

@@ -31,7 +31,7 @@ import sympy as sp
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from . import figures
+from . import plotting
 from .._checks import as_float_array, check_eps, check_real
 from ..norms import layer_norm
 from .symbolic import definition
@@ -236,9 +236,9 @@ N_POINTS = 2001
 _MAX_POINTS = 1_000_001
 FIGURE_NAME = "layer-normalization-epsilon-response.png"
 #: The size the page shows the figure, in CSS px: the two panels stacked, narrow enough that a
-#: phone shows its text at 9 px or more (:mod:`lneps.book.figures`).
+#: phone shows its text at 9 px or more (:mod:`lneps.book.plotting`).
 WIDTH_PX, HEIGHT_PX = 560, 640
-FIGSIZE = (WIDTH_PX / figures.CSS_PX_PER_INCH, HEIGHT_PX / figures.CSS_PX_PER_INCH)
+FIGSIZE = (WIDTH_PX / plotting.CSS_PX_PER_INCH, HEIGHT_PX / plotting.CSS_PX_PER_INCH)
 #: The article's title for the figure, which the book's caption quotes.
 TITLE = "Layer-normalization response and sensitivity for $(-t, 0, t)$; unit gains and zero biases"
 
@@ -253,7 +253,7 @@ def response_figure(eps_values=EPS_VALUES, *, t_max: float = T_MAX, n: int = N_P
     r"""The two-panel figure: :math:`h_\varepsilon(t)` (top) and :math:`h'_\varepsilon(t)`
     (bottom, log scale) for each ``eps_values``, dashed lines at :math:`\pm\sqrt{3/2}`;
     :data:`WIDTH_PX` x :data:`HEIGHT_PX` CSS px in the book's figure style
-    (:data:`lneps.book.figures.STYLE`). Its title is the book's caption, :data:`TITLE`.
+    (:data:`lneps.book.plotting.STYLE`). Its title is the book's caption, :data:`TITLE`.
 
     Each data line carries ``gid`` ``"response eps=<eps>"`` or ``"sensitivity eps=<eps>"``, so
     tests can find it; each value of epsilon has its own colour and line style. A bare
@@ -307,14 +307,14 @@ _LINESTYLES = ("-", "--", "-.", ":")
 def _style():
     # Matplotlib's defaults under the book's figure sizes, for drawing and for saving alike
     # (tick labels are made when the figure is drawn).
-    with mpl.style.context("default"), mpl.rc_context(figures.STYLE):
+    with mpl.style.context("default"), mpl.rc_context(plotting.STYLE):
         yield
 
 
 def save_response_figure(path, fig: Figure | None = None) -> Path:
     """Write ``fig`` (default :func:`response_figure`) as PNG to ``path``; return the path.
 
-    The PNG is :func:`lneps.book.figures.png`'s: twice the design resolution, stamped with the
+    The PNG is :func:`lneps.book.plotting.png`'s: twice the design resolution, stamped with the
     design width and the smallest text size, and no metadata that changes between runs or
     versions, so regenerating gives the same file on the same machine.
     """
@@ -324,7 +324,7 @@ def save_response_figure(path, fig: Figure | None = None) -> Path:
     if fig is None:
         fig = response_figure()
     with _style():
-        data = figures.png(fig).data
+        data = plotting.png(fig).data
     # Write then rename: the build and the notebook checks may run this notebook at the same
     # time, and Sphinx must never copy a half-written file.
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")

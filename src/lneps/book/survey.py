@@ -1,6 +1,7 @@
 r"""The families of rows that break low-precision layer norms, and surveys of their errors.
 
-The families are :mod:`lneps.families`'s (:data:`FAMILIES` names the ones surveyed). A survey
+The families are :mod:`lneps.families`'s (:data:`lneps.families.SURVEYED` names the ones
+surveyed). A survey
 draws rows from each family at each row length d, stores them in a format, and
 measures every method's error in ulp (:func:`lneps.formats.ulp`) against the exact oracle
 (:mod:`lneps.oracle`) with :func:`oracle_survey`: the error against the exact real value, whether each output is the
@@ -16,10 +17,11 @@ import numpy as np
 
 from .. import families as registry
 from .._checks import check_float_dtype, check_positive_int
+from ..families import SURVEYED
 from ..formats import ulp
 
 __all__ = [
-    "FAMILIES",
+    "SURVEYED",
     "family_rows",
     "Accuracy",
     "accuracy",
@@ -30,16 +32,11 @@ __all__ = [
 ]
 
 
-#: The families the surveys draw, in this order (names of :data:`lneps.families.FAMILIES`):
-#: N(0, 1), five normal distributions that break low-precision layers, and constant rows. The
-#: frameworks' measurement seeds each by its position here
-#: (:func:`lneps.book.frameworks.measurement_rows`).
-FAMILIES = ("normal", "mean_1000", "mean_6e4", "sd_300", "sd_1e-3", "sd_1e-4", "constant")
 
 
 def family_rows(name: str, rng: np.random.Generator, n: int, d: int, dtype) -> np.ndarray:
     """``n`` rows of ``d`` numbers from family ``name`` of :data:`lneps.families.FAMILIES` (the
-    surveys draw :data:`FAMILIES`), stored in ``dtype``: :func:`lneps.families.draw`'s ``x``.
+    surveys draw :data:`lneps.families.SURVEYED`), stored in ``dtype``: :func:`lneps.families.draw`'s ``x``.
 
     ``rng`` must be a ``np.random.Generator``; ``n`` and ``d`` integers >= 1."""
     family = registry.get(name)
@@ -123,7 +120,7 @@ def combine(survey: dict, method: str, family: str | None = None) -> Accuracy:
     )
 
 
-def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", families=tuple(FAMILIES),
+def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", families=SURVEYED,
                   elements: int = 8192, counts: dict | None = None) -> dict:
     """Every method's :class:`Accuracy` on each family at each row length d, against the exact
     oracle (:func:`lneps.oracle.layer_norm_rounded` or, with ``kind="rms"``, ``rms_norm_rounded``).
@@ -179,12 +176,12 @@ def layer_norm_methods(low, eps=1e-5) -> dict:
     sequential Welford variance, float64 two-pass statistics rounded once, and lneps's default
     (exact, rounded once)."""
     from ..norms import layer_norm
-    from ..naive import layer_norm_rounded
+    from ..naive import layer_norm_naive
 
     low = check_float_dtype(low)
 
     def in_f32(method):  # float32 statistics, the output rounded to low
-        return lambda x: layer_norm_rounded(x, eps=eps, dtype=np.float32, method=method).astype(low)
+        return lambda x: layer_norm_naive(x, eps=eps, dtype=np.float32, method=method).astype(low)
 
     return {
         f"naive {low.name}": lambda x: layer_norm(x, eps=eps, compute_dtype=low),

@@ -12,9 +12,9 @@ so that the temporaries stay in a core's cache and a long row needs no row-sized
    is finite is read from M, not from its float64 sum, which overflows near the top of the
    range (that sum is then formed scaled, for the pivot alone); :func:`reciprocal_sqrt` takes
    any s.
-2. *Pivot and mean.* :math:`w_i + w'_i = x_i - c` exactly (:func:`lneps.kernel.error_free.two_sum`) with
+2. *Pivot and mean.* :math:`w_i + w'_i = x_i - c` exactly (:func:`lneps.kernel.expansions.two_sum`) with
    :math:`c = \mathrm{fl}(\mathrm{mean}(x))` when it is at least M/4 (offset and nearly
-   constant rows), else c = 0. :math:`\sum w_i` is a :func:`lneps.kernel.error_free.quantum_sum` per tile
+   constant rows), else c = 0. :math:`\sum w_i` is a :func:`lneps.kernel.expansions.quantum_sum` per tile
    (exact parts and a part rounded within about :math:`m^{3.5} 2^{-155}\max|w|`), and the
    mean of w a double-double :math:`m_h + m_l` within a bound :math:`e_m`. Rows the caller
    knows to have exact float64 sums (the float64 tier's exact rows) get no pivot and no bound.
@@ -23,14 +23,15 @@ so that the temporaries stay in a core's cache and a long row needs no row-sized
    :math:`|\delta_i| \le e_v` (a per-row bound: :math:`e_m`, the rounding of :math:`b_i`, and
    any scaling underflow). RMS norm: :math:`v_i = x_i`.
 4. *Sum of squares.* :math:`a_i^2` exactly as :math:`p_i + p'_i`, :math:`\sum p_i` a
-   :func:`lneps.kernel.error_free.quantum_sum`, the small rest :math:`p'_i + 2a_ib_i` summed in float64
-   (:func:`lneps.kernel.error_free.blocked_sum`); every rounding and every neglected term
+   :func:`lneps.kernel.expansions.quantum_sum`, the small rest :math:`p'_i + 2a_ib_i` summed in float64
+   (:func:`lneps.kernel.expansions.blocked_sum`); every rounding and every neglected term
    (:math:`2a_i\delta_i`, :math:`(b_i+\delta_i)^2`) is in the bound :math:`e_T`.
 5. :math:`s = T/d + \varepsilon` and :math:`r = 1/\sqrt s` in double-double (one Newton step),
    with relative error :math:`e_r`.
 
 Per element (:func:`finish_values`): :math:`\gamma (a + b) r + \beta` with
-:func:`lneps.kernel.error_free.two_prod` and :func:`lneps.kernel.error_free.two_sum`, within :math:`k_1|\hat y| + k_0|\gamma|`
+:func:`lneps.kernel.expansions.two_prod` and :func:`lneps.kernel.expansions.two_sum`, within
+:math:`k_1|\hat y| + k_0|\gamma|`
 (+ the last sum's rounding); the output format's rounding is final unless a rounding boundary
 or 0 lies within twice that bound (:func:`lneps.kernel.rounding.near_boundary`,
 :func:`lneps.kernel.rounding.decide_float64`). Gains beyond :math:`2^{\pm 600}` are left to the exact
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import error_free as dd
+from . import expansions as dd
 from .rounding import decide_float64, near_boundary
 
 __all__ = ["DDRows", "finish_values", "finish_rows", "extreme", "inference", "tiles", "TILE"]
@@ -228,12 +229,12 @@ class DDRows:
         for r0, r1, c0, c1 in self.tiles:
             rows = slice(r0, r1)
             a, bp, ah, al = self.parts_of(np.asarray(xr[rows, c0:c1], dtype=np.float64), rows)
-            p, pe = dd.two_prod_split(a, ah, al, a, ah, al)
+            p, pe = dd.two_square(a, ah, al)
             if bp is not None:
                 k2 = a * bp
                 k2 *= 2
                 pe += k2
-            H, L, eq = dd.quantum_sum(p)
+            H, L, eq = dd.quantum_sum(p, p.max(axis=1, initial=0.0))  # p = fl(a^2) >= 0: its maximum is max |p|
             R, nr = dd.blocked_sum(pe)
             rr_abs[rows] += np.abs(pe).sum(axis=1)
             roundings = max(roundings, nr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import error_free as dd, float64
+from . import expansions as dd, float64
 from .double_double import DDRows, extreme, finish_rows
 from .plain import _plain
 from ..formats import to_format

@@ -6,7 +6,7 @@ An element the float64 and double-double tiers cannot decide has its exact value
 hair of a rounding boundary (or of 0). Almost always that is because it lies exactly *on*
 one: the row's :math:`\sqrt s` is rational and the normalized value :math:`u = t/\sqrt s` a
 float64 number. Such rows are recognized, and settled with error-free float64 operations only
-(:mod:`lneps.kernel.error_free`), vectorized:
+(:mod:`lneps.kernel.expansions`), vectorized:
 
 1. *Rows of two values* (:meth:`ExactRows._two_values`). With ε = 0, a row of two values a < b,
    k of them b, has :math:`u = \sqrt{(d-k)/k}` where x = b and :math:`-\sqrt{k/(d-k)}` where
@@ -21,10 +21,10 @@ float64 number. Such rows are recognized, and settled with error-free float64 op
    :math:`t_i = x_i`, all multiples of :math:`2^{-106}\max|x|` so that no square underflows.)
 3. *An exact square root*. :math:`s = T/d + d^2\varepsilon` (RMS: :math:`T/d + \varepsilon`) is
    tried as the square of a float64 σ: the candidates next to :math:`\sqrt{\hat s}` are checked
-   by the exact sign of :math:`d\sigma^2 - T - d^3\varepsilon` (:func:`lneps.kernel.error_free.expansion_sign`).
+   by the exact sign of :math:`d\sigma^2 - T - d^3\varepsilon` (:func:`lneps.kernel.expansions.expansion_sign`).
 4. *Exact quotients and rounding* (:func:`round_where_exact`, :func:`exact_affine`). For an element,
    :math:`q = \mathrm{fl}(t/\sigma)` is u exactly when :math:`q\sigma = t` exactly
-   (:func:`lneps.kernel.error_free.two_prod`); then :math:`y = \gamma q + \beta` is an exact sum of at most
+   (:func:`lneps.kernel.expansions.two_prod`); then :math:`y = \gamma q + \beta` is an exact sum of at most
    three floats, rounded exactly by :func:`lneps.kernel.rounding.round_pair` (a tie goes to even, an
    exact 0 is +0) in :func:`round_affine`. :math:`t = 0` needs no σ: y is β.
 
@@ -45,7 +45,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..formats import format_of
-from . import error_free as dd
+from . import expansions as dd
 from .rounding import round_pair
 from .surd import round_surd
 
@@ -280,9 +280,9 @@ def round_where_exact(rows: ExactRows, k, x, g, b, dt):
 
 def exact_affine(th, tl, sigma, g, b, dt):
     r""":math:`\gamma t/\sigma + \beta` rounded exactly to ``dt``, where :math:`t = t_h + t_l`
-    (a pair as :func:`lneps.kernel.error_free.two_sum` leaves it) and σ are exact, wherever the quotient
+    (a pair as :func:`lneps.kernel.expansions.two_sum` leaves it) and σ are exact, wherever the quotient
     :math:`q = \mathrm{fl}(t/\sigma)` is exact (:math:`q\sigma = t`, checked with
-    :func:`lneps.kernel.error_free.two_prod`) or t = 0. Returns ``(values, exact)``; ``values`` holds the
+    :func:`lneps.kernel.expansions.two_prod`) or t = 0. Returns ``(values, exact)``; ``values`` holds the
     format's numbers in float64 (+0 for an exact 0) where ``exact``."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
         zero = (th == 0) & (tl == 0)
@@ -305,7 +305,7 @@ def exact_affine(th, tl, sigma, g, b, dt):
 
 def round_affine(q, g, b, dt):
     r""":math:`\gamma q + \beta` rounded exactly to ``dt`` for float64 q, γ, β: the product
-    is two floats (:func:`lneps.kernel.error_free.two_prod`), the sum with β two or three, rounded by
+    is two floats (:func:`lneps.kernel.expansions.two_prod`), the sum with β two or three, rounded by
     :func:`lneps.kernel.rounding.round_pair`. Returns ``(values, exact)``: ``exact`` is False only where
     a product could underflow or a three-float sum is too close to call without more work."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):

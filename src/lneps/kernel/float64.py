@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..formats import format_of
+
+
 def _row_kinds(xin: np.ndarray, chunks=None):
     """``(exact, split, finite)`` of :func:`_kinds`."""
     return _kinds(xin, chunks)[:3]
@@ -32,7 +35,7 @@ def _kinds(xin: np.ndarray, chunks=None):
     dt = xin.dtype
     chunks = [(0, d)] if chunks is None else chunks
     width = dt.itemsize * 8
-    uint = np.uint16 if width == 16 else np.uint32
+    uint = np.dtype(f"u{dt.itemsize}").type  # the format's bits as an unsigned integer
     inf_bits = int(np.array(np.inf, dtype=dt).view(uint))
     smallest = np.full(n, np.iinfo(uint).max, dtype=uint)
     largest = np.zeros(n, dtype=uint)
@@ -45,7 +48,7 @@ def _kinds(xin: np.ndarray, chunks=None):
     top = np.where(finite, largest, 0).astype(uint).view(dt).astype(np.float64)  # max |x|
     if dt == np.float16 and d <= 4096:
         return finite, np.zeros(n, dtype=bool), finite, top  # 2 d 65504 < 2^53 2^-24 for every row
-    nmant = {np.dtype(np.float16): 10, np.dtype(np.float32): 23}.get(dt, 7)  # bfloat16: 7
+    nmant = format_of(dt).p - 1  # stored significand bits
     bias = (1 << (width - 2 - nmant)) - 1
     exp_field = np.maximum((smallest >> nmant).astype(np.int64), 1)
     spacing = np.ldexp(1.0, exp_field - bias - nmant)

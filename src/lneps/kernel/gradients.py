@@ -44,7 +44,7 @@ integers, vectorized in NumPy object arrays); only the square root is irrational
   their float64 pairs come from :mod:`lneps.kernel.integers`.
 * **dγ** is a sum of square roots of different rationals. Each term is a double-double product
   (relative error below :math:`2^{-100}`), the column summed in double-double with a proven
-  bound (:func:`lneps.kernel.error_free.pairwise_sum`), and decided as dx is. An undecided column
+  bound (:func:`lneps.kernel.expansions.pairwise_sum`), and decided as dx is. An undecided column
   (cancellation, or a value on a boundary) is rounded exactly by
   :class:`lneps.kernel.root_sums.ExactColumnGradient`: the rows grouped by the class of
   :math:`\sigma` modulo rational squares, each group summed as one rational times one square
@@ -78,7 +78,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..formats import format_of, to_format
-from . import error_free as dd
+from . import expansions as dd
 from .integers import float_parts, product_parts, root_parts, scaled_integers
 from .root_sums import ExactColumnGradient
 from .rounding import decide_float64, near_boundary, round_pair

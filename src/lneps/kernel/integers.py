@@ -7,7 +7,7 @@ A row of finite float64 numbers is a row of integers times one power of two
 :math:`(m_h + m_l)\,2^e` within :math:`2^{-105}` relative (:func:`float_parts`,
 :func:`product_parts`), and :math:`\sqrt{num/den}` one within :math:`2^{-104}`
 (:func:`root_parts`), ready for the double-double products of
-:mod:`lneps.kernel.error_free`.
+:mod:`lneps.kernel.expansions`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from math import isqrt
 
 import numpy as np
 
-from . import error_free as dd
+from . import expansions as dd
 
 __all__ = ["scaled_integers", "float_parts", "product_parts", "root_parts"]
 
@@ -86,7 +86,7 @@ def _float_parts_slow(N, with_low):
 
 def product_parts(G, eg, g, tau):
     """G tau (Python ints) as :func:`float_parts` with the low part: by one exact
-    :func:`lneps.kernel.error_free.two_prod` when every tau fits 53 bits (G = g 2^-eg always does), else
+    :func:`lneps.kernel.expansions.two_prod` when every tau fits 53 bits (G = g 2^-eg always does), else
     in integers."""
     try:
         tf = tau.astype(np.float64)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import NARROW, format_of, to_format
-from . import error_free as dd
+from . import expansions as dd
 
 __all__ = ["FAST_FORMATS", "near_boundary", "decide_float64", "round_pair"]
 
 FAST_FORMATS = NARROW  # the 16- and 32-bit formats of lneps.formats.REGISTRY
-_UINT = {2: np.uint16, 4: np.uint32}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
 def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
@@ -150,7 +150,7 @@ def _neighbour(r: np.ndarray, toward: np.ndarray, dt) -> np.ndarray:
 def round_pair(h: np.ndarray, l: np.ndarray, dtype) -> np.ndarray:
     r"""The number of ``dtype`` nearest to the exact :math:`h + l`, ties to even, returned in
     float64 (float64: in float64 itself), where h is the float64 number nearest to
-    :math:`h + l` (as :func:`lneps.kernel.error_free.two_sum` leaves it). An exact 0 is +0; a nonzero sum that
+    :math:`h + l` (as :func:`lneps.kernel.expansions.two_sum` leaves it). An exact 0 is +0; a nonzero sum that
     rounds to 0 keeps its sign.
 
     Rounding h itself is right unless h lies exactly on a boundary of the format (a midpoint,

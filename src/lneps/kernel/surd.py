@@ -5,7 +5,7 @@ Every result of the kernel has this form with rational a, b and s (layer norm:
 :math:`a = \gamma_i t_i`, :math:`s = T/d + d^2\varepsilon`, :math:`b = \beta_i`; see
 :mod:`lneps.kernel`), and :func:`round_surd` rounds one exactly. It shares no code with
 :mod:`lneps.oracle`, which judges the kernel, and is tested against it
-(``tests/kernel/test_kernel_surd.py``).
+(``tests/kernel/test_surd.py``).
 
 Each decision is an exact comparison of integers:
 

@@ -9,15 +9,15 @@ rows (:class:`TripleRows`), with integer arithmetic nowhere but once per row:
 1. The row sum S is exact as a few floats: each level rounds what is left to a multiple of a
    quantum that keeps every partial sum exact (:func:`level_sums`), until nothing is left.
 2. Every :math:`t_i = d x_i - S` is exact as a float pair :math:`t_h + t_l` (the exact
-   expansion :math:`d x_i - \sum S_k`, renormalized by :func:`lneps.kernel.error_free.two_sum` passes).
+   expansion :math:`d x_i - \sum S_k`, renormalized by :func:`lneps.kernel.expansions.two_sum` passes).
 3. :math:`T = \sum t_i^2` is a few floats plus a part rounded within :math:`2^{-150} T`:
-   :func:`lneps.kernel.error_free.two_prod` of :math:`t_h^2` and :math:`t_h t_l`, each part summed by levels.
+   :func:`lneps.kernel.expansions.two_prod` of :math:`t_h^2` and :math:`t_h t_l`, each part summed by levels.
 4. :math:`r = 1/\sqrt{s}`, :math:`s = T/d + d^2\varepsilon` (RMS norm: :math:`t = x`,
    :math:`s = T/d + \varepsilon`), from the exact rational s by an integer square root to 170
    bits, as three floats.
 5. Per element, :math:`\gamma t r + \beta` as an exact sum of ten floats (products by
-   :func:`lneps.kernel.error_free.two_prod`) with an error below :math:`2^{-140}|\gamma t r|`, compressed by
-   :func:`lneps.kernel.error_free.two_sum` passes, and rounded by :func:`lneps.kernel.rounding.decide_float64` (or
+   :func:`lneps.kernel.expansions.two_prod`) with an error below :math:`2^{-140}|\gamma t r|`, compressed by
+   :func:`lneps.kernel.expansions.two_sum` passes, and rounded by :func:`lneps.kernel.rounding.decide_float64` (or
    :func:`lneps.kernel.rounding.near_boundary` for 16- and 32-bit results) with the rest of the
    expansion in its bound.
 
@@ -32,7 +32,7 @@ from math import isqrt
 
 import numpy as np
 
-from . import error_free as dd
+from . import expansions as dd
 from ..formats import to_format
 from .rounding import decide_float64, near_boundary
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import error_free as dd
+from . import expansions as dd
 from .double_double import TILE, DDRows, extreme, finish_rows, finish_values
 from .exact import ExactRows, round_by_fractions, round_where_exact
 from .triple import TripleRows

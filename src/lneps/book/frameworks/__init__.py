@@ -5,7 +5,7 @@ Nothing here imports a framework (``tools/measure_frameworks.py`` runs them). Mo
 
 * ``measured``: the grid and the rows the frameworks run on, and how an output is scored
   (:func:`error_summary`, :func:`output_digest`);
-* ``stored``: the stored files, their schema, writing, reading and comparing them
+* ``data_files``: the stored files, their schema, writing, reading and comparing them
   (:func:`dump`, :func:`load`, :func:`compare`);
 * ``findings``: what the book reads out of them (:func:`aggregate`, :func:`summary_rows`,
   :func:`eps_verdict`).
@@ -16,7 +16,7 @@ from .findings import *  # noqa: F403
 from .findings import __all__ as _findings_all
 from .measured import *  # noqa: F403
 from .measured import __all__ as _measured_all
-from .stored import *  # noqa: F403
-from .stored import __all__ as _stored_all
+from .data_files import *  # noqa: F403
+from .data_files import __all__ as _stored_all
 
 __all__ = [*_measured_all, *_stored_all, *_findings_all]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from ... import families as registry
-from ..precision import FAMILIES
 from .measured import DTYPES
 
 __all__ = ["find", "aggregate", "by_family", "SUMMARY_FAMILIES", "summary_rows", "eps_verdict"]
@@ -75,7 +74,7 @@ def by_family(data: dict, op: str, dtype: str, eps=None) -> dict[str, dict]:
 # --- the chapter's tables -------------------------------------------------------------------
 
 #: The families of :func:`summary_rows`: the stress families, then the hand-made rows pooled.
-SUMMARY_FAMILIES = tuple(FAMILIES) + ("hand",)
+SUMMARY_FAMILIES = registry.SURVEYED + ("hand",)
 
 
 def summary_rows(data_all: dict[str, dict]) -> list[dict]:

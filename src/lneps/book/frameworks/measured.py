@@ -13,7 +13,7 @@ Error summary
     exactly 0 (an element equal to its row's mean, a constant row) are counted apart
     (``zero_ref``, ``zero_ref_wrong``, ``worst_abs_at_zero``): at 0 an ulp is the smallest
     subnormal and any nonzero answer would be "1e37 ulp" off. ``worst_ulp`` is the largest
-    :func:`lneps.book.precision.ulp_error` over the other elements, ``inf`` when an output is NaN or
+    :func:`lneps.book.finite_precision.ulp_error` over the other elements, ``inf`` when an output is NaN or
     infinite there. ``worst_abs`` is the largest absolute error over finite outputs.
     ``worst_scaled`` is :func:`lneps.testing.compare`'s ``max_ulp_scaled`` for the same output:
     the error against the exact value in ulp of :math:`\max(|y_{\mathrm{exact}}|, 1)` (the rows
@@ -35,7 +35,7 @@ import numpy as np
 from ... import families as registry
 from ..._checks import check_float_dtype
 from ...formats import ulp as lneps_ulp
-from ..precision import FAMILIES, family_rows, ulp_error
+from ..finite_precision import family_rows, ulp_error
 
 __all__ = [
     "FRAMEWORKS",
@@ -77,14 +77,14 @@ def measurement_rows(dtype: str, d: int) -> dict[str, np.ndarray]:
     """The inputs of one (dtype, d): ``{family: rows}``, stored in ``dtype``, every family named
     as in :mod:`lneps.families`.
 
-    Each stress family of :data:`lneps.book.precision.FAMILIES` gets ``ELEMENTS // d`` rows (at
+    Each stress family of :data:`lneps.families.SURVEYED` gets ``ELEMENTS // d`` rows (at
     least 1), drawn from a generator seeded by (SEED, k, d), k its position there, so every
     dtype sees the same draws rounded to its format; each hand-made row (:data:`HAND_ROWS`)
     gets one row.
     """
     dt = _dtype(dtype)
     out = {}
-    for k, family in enumerate(FAMILIES):
+    for k, family in enumerate(registry.SURVEYED):
         rng = np.random.default_rng([SEED, k, d])
         out[family] = family_rows(family, rng, max(ELEMENTS // d, 1), d, np.float64).astype(dt)
     for name in HAND_ROWS:

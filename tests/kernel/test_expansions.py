@@ -1,11 +1,11 @@
-"""lneps.kernel.error_free: the error-free transformations are exact (checked in rationals), and the pairwise
+"""lneps.kernel.expansions: the error-free transformations are exact (checked in rationals), and the pairwise
 double-double sum stays within the bound it reports."""
 
 from fractions import Fraction
 
 import numpy as np
 
-from lneps.kernel import error_free as dd
+from lneps.kernel import expansions as dd
 
 
 def fr(a):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["U", "two_sum", "split", "two_prod", "two_prod_split", "dd_mul", "pairwise_sum",
+__all__ = ["U", "two_sum", "split", "two_prod", "two_prod_split", "two_square", "dd_mul", "pairwise_sum",
            "blocked_sum", "quantum_sum", "expansion_sign"]
 
 U = 2.0**-53  # unit roundoff of float64: |fl(x) - x| <= U |x| for normal results
@@ -56,6 +56,21 @@ def two_prod_split(a, ah, al, b, bh, bl):
     across many products (a row's reciprocal square root, a column's gain)."""
     p = a * b
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def two_square(a, ah, al):
+    """``(p, e)`` with ``p = fl(a * a)`` and ``p + e = a * a`` exactly, a already split (6
+    operations): :func:`two_prod_split` of a with itself, its two cross products one doubled
+    product (doubling is exact)."""
+    p = a * a
+    e = ah * ah
+    e -= p
+    t = ah * al
+    t *= 2.0
+    e += t
+    np.multiply(al, al, out=t)
+    e += t
+    return p, e
 
 
 def dd_mul(ah, al, bh, bl):

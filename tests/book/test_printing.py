@@ -1,10 +1,10 @@
-"""lneps.book.report: the formats the chapters print numbers in."""
+"""lneps.book.printing: the formats the chapters print numbers in."""
 
 import math
 
 import pytest
 
-from lneps.book.report import decimal_place, fmt_vec, sci
+from lneps.book.printing import decimal_place, fmt_vec, sci
 
 
 @pytest.mark.parametrize("x, digits, text", [

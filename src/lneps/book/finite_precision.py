@@ -1,20 +1,20 @@
-"""Finite precision in one namespace: the chapters' ``from lneps.book import precision as P``.
+"""Finite precision in one namespace: the chapters' ``from lneps.book import finite_precision as P``.
 
 The work is done in one module per idea, re-exported here:
 
 * :mod:`lneps.formats`: the formats, the ulp and errors measured in it, and which epsilon
   survives them;
 * :mod:`lneps.naive`: arithmetic with every operation rounded to a format;
-* :mod:`lneps.book.survey`: the stress families surveyed (``FAMILIES``, names of
+* :mod:`lneps.book.survey`: the stress families surveyed (``SURVEYED``, names of
   :mod:`lneps.families`, the one registry of input families) and worst-error surveys;
 * :mod:`lneps.oracle`: the exact reference;
-* :mod:`lneps.book.report`: the text tables that print them.
+* :mod:`lneps.book.printing`: the text tables that print them.
 """
 
 from ..formats import *  # noqa: F403
 from ..formats import __all__ as _formats_all
 from ..oracle import layer_norm_exact, layer_norm_value, rms_norm_exact, rms_norm_value
-from .report import fmt_ulp, text_table
+from .printing import fmt_ulp, text_table
 from ..naive import *  # noqa: F403
 from ..naive import __all__ as _naive_all
 from .survey import *  # noqa: F403
