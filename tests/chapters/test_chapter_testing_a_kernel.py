@@ -167,7 +167,7 @@ def test_the_defect_table(g):
 
 
 def test_the_test_across_rows(g):
-    from lneps.testing import systematic
+    from lneps.testing._private import systematic
 
     d = 4096
     assert g["unb_expected"] == g["unb_stat"]  # the statistic is -1/(2d) to the digits shown

@@ -1,4 +1,4 @@
-"""lneps.testing.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
+"""lneps.testing._private.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
 exceed the derived tolerance, and defective ones do where their defect shows.
 
 Run with ``-s`` to see the measured ratios (worst error / bound) per kernel, family and d."""
@@ -11,8 +11,8 @@ import pytest
 
 import lneps
 
-from lneps.testing import backward_error as bb
-from lneps.testing.backward_error import backward_bound, backward_scale
+from lneps.testing._private import backward_error as bb
+from lneps.testing._private.backward_error import backward_bound, backward_scale
 from lneps.formats import ulp
 
 F32 = np.float32

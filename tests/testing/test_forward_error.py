@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 import lneps
-import lneps.testing.bound_floor
-import lneps.testing.forward_error
-import lneps.testing.kernel_classes
-import lneps.testing.two_pass
+import lneps.testing._private.deferred_bound
+import lneps.testing._private.forward_error
+import lneps.testing._private.kernel_classes
+import lneps.testing._private.two_pass
 from lneps.book import kernel_zoo as kz
 from lneps.book import zoo_grades as zg
 from lneps.testing import families, two_pass_bound
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.kernel_classes import KERNEL_CLASSES
+from lneps.testing._private.forward_error import forward_bound
+from lneps.testing._private.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.float32, np.float64
@@ -31,8 +31,8 @@ def _scaled(a, x, eps, gamma=None, beta=None, op="layer_norm"):
     return zg.scaled_error(a, y, gamma, a.dtype)
 
 
-@pytest.mark.parametrize("module", [lneps.testing.forward_error, lneps.testing.kernel_classes,
-                                    lneps.testing.two_pass, lneps.testing.bound_floor], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [lneps.testing._private.forward_error, lneps.testing._private.kernel_classes,
+                                    lneps.testing._private.two_pass, lneps.testing._private.deferred_bound], ids=lambda m: m.__name__)
 def test_the_docstrings_run(module):
     assert doctest.testmod(module, raise_on_error=True).failed == 0
 

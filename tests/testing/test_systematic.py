@@ -1,4 +1,4 @@
-"""lneps.testing.systematic.scale_bias: the test across rows for a scale error common to every
+"""lneps.testing._private.systematic.scale_bias: the test across rows for a scale error common to every
 row. Correct kernels pass (also biased-rsqrt ones, also on many rows), the float32 defects a
 per-element bound cannot see fail with their name, too few rows give no verdict."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import lneps
-import lneps.testing.systematic as S
+import lneps.testing._private.systematic as S
 from lneps.book import kernel_zoo as kz
 from lneps.testing import families
-from lneps.testing.systematic import FALSE_ALARM, LAMBDA, MIN_ROWS, scale_bias
+from lneps.testing._private.systematic import FALSE_ALARM, LAMBDA, MIN_ROWS, scale_bias
 
 F32, F64 = np.float32, np.float64
 

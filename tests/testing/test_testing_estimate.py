@@ -1,6 +1,6 @@
 """assert_close grades large outputs against the kernel's float64 estimate rather than the
-correctly rounded float64 value (lneps.testing.estimated_errors._estimated), and computes the derived
-bound only on the rows a floor cannot clear (lneps.testing.bound_floor.bound_floor). Both are
+correctly rounded float64 value (lneps.testing._private.exact_errors._estimated), and computes the derived
+bound only on the rows a floor cannot clear (lneps.testing._private.deferred_bound.bound_floor). Both are
 shortcuts: these tests hold them to deciding exactly what the exact path decides.
 
 * the kernel's estimate lies within its stated distance of the exact value (judged by the
@@ -18,12 +18,12 @@ import lneps
 import lneps.norms as norms
 import lneps.oracle as oracle
 import lneps.testing as lt
-import lneps.testing.assertions as A
-import lneps.testing.deferred_bound as D
+import lneps.testing._private.assertions as A
+import lneps.testing._private.deferred_bound as D
 from lneps.book import kernel_zoo as kz
-from lneps.testing.bound_floor import bound_floor
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.kernel_classes import KERNEL_CLASSES
+from lneps.testing._private.deferred_bound import bound_floor
+from lneps.testing._private.forward_error import forward_bound
+from lneps.testing._private.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FORMATS = (np.float16, BF16, np.float32)
@@ -89,15 +89,15 @@ def test_the_floor_lies_under_the_bound(op, dtype):
 
 def _exact_everywhere(monkeypatch):
     """assert_close without its shortcuts: every block measured exactly, the bound on every row."""
-    measure = A._measure
+    measure = A.measure
 
     def exactly(call, rows=slice(None), exact=True):
         return measure(call, rows, exact=True)
 
     for module in (A, D):  # both measure blocks: assert_close, and the deferred grading near the bound
-        monkeypatch.setattr(module, "_measure", exactly)
+        monkeypatch.setattr(module, "measure", exactly)
     # patched where assert_close looks it up (it lives in deferred_bound, which never calls it)
-    monkeypatch.setattr(A, "_floor_applies", lambda gr, metric: False)
+    monkeypatch.setattr(A, "floor_applies", lambda gr, metric: False)
 
 
 def _outcome(y, **kw):

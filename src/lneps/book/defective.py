@@ -7,7 +7,7 @@ one follows the model of :func:`lneps.testing.two_pass_bound` (float32 throughou
 pairwise sums, 1/sqrt of a rounded square root); each defect changes one thing.
 :mod:`lneps.book.kernel_zoo` holds the larger zoo (Welford, Chan's merges, one pass in float64,
 a 2-ulp rsqrt, RMS norm), which :mod:`lneps.book.zoo_grades` grades with
-:func:`lneps.testing.forward_bound` and :func:`lneps.testing.systematic.scale_bias`.
+:func:`lneps.testing.forward_bound` and :func:`lneps.testing.scale_bias`.
 """
 
 from __future__ import annotations

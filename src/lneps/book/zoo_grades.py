@@ -1,7 +1,7 @@
 r"""The kernel zoo of :mod:`lneps.book.kernel_zoo` graded against lneps's exact answer with the
 two checks of :mod:`lneps.testing`: the derived per-element bound
 (:func:`lneps.testing.forward_bound`) and the test across rows for a systematic scale error
-(:func:`lneps.testing.systematic.scale_bias`). The chapter "Testing a kernel against the exact
+(:func:`lneps.testing.scale_bias`). The chapter "Testing a kernel against the exact
 answer" publishes the table.
 
 :func:`make_case` computes one input of the grid with its exact result, bound and scale test,
@@ -19,8 +19,7 @@ import numpy as np
 import lneps
 from lneps import testing as lt
 from lneps.formats import ulp
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.systematic import ScaleTest
+from lneps.testing import ScaleTest, forward_bound
 
 from .kernel_zoo import BF16, F64, ZOO
 

@@ -32,15 +32,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .._checks import check_float_dtype, check_positive_int
 from ..formats import format_of
-from ._arrays import _FORMATS, _NAMES
+from ._private.arguments import FORMATS, FORMAT_NAMES
 
 __all__ = ["layer_norm_inputs", "rms_norm_inputs"]
 
 
 def _format(dtype):
     dt = check_float_dtype(dtype)
-    if dt not in _FORMATS:
-        raise TypeError(f"dtype must be {_NAMES}; got {dt}")
+    if dt not in FORMATS:
+        raise TypeError(f"dtype must be {FORMAT_NAMES}; got {dt}")
     return dt
 
 

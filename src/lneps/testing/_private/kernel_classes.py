@@ -2,13 +2,13 @@ r"""The kernel classes of :func:`lneps.testing.forward_bound`'s model, and each 
 
 :data:`KERNEL_CLASSES` names them: two passes, each sum in any order; Welford's update,
 sequentially or per lane with Chan's merges in any tree; one pass :math:`E[x^2] - E[x]^2` in
-float64 for 16- and 32-bit formats. For a block of rows, :func:`_row_stats` gives each class's
+float64 for 16- and 32-bit formats. For a block of rows, :func:`row_stats` gives each class's
 bound on :math:`|c_i - y_i|` (c the kernel's value in the accumulation format, before the last
 rounding) as the minimum of a few lines :math:`|\gamma_i|(a|z_i| + b)` (the forward error
 analysis in Higham's :math:`\gamma_k = ku/(1-ku)`, ``_R`` and ``_line``, and the caps where a
 class's normalized values cannot grow); the bound is the largest over the classes.
-:func:`_prune` drops the lines that cannot matter, :func:`_eval` evaluates the rest per element,
-and :func:`_finish` adds the last roundings, to the accumulation format and to the output
+:func:`prune` drops the lines that cannot matter, :func:`evaluate` evaluates the rest per element,
+and :func:`finish` adds the last roundings, to the accumulation format and to the output
 format. The derivation, term by term, is the section "The derived tolerance" of the book's
 appendix "How the reference works".
 """
@@ -19,14 +19,14 @@ import math
 
 import numpy as np
 
-from ..formats import format_of
+from ...formats import format_of
 
 __all__ = ["KERNEL_CLASSES"]
 
 #: Per accumulation format: unit roundoff, eta (half the smallest subnormal: an underflow),
 #: nu (the squares' underflow, relative to r^-2), the smallest stored eps for the sqrt(d)
 #: cap, the largest finite number.
-_ACC = {
+ACC = {
     32: dict(u=2.0**-24, eta=2.0**-150, nu=2.0**-147, cap_eps=2.0**-140, big=float(np.finfo(np.float32).max)),
     64: dict(u=2.0**-53, eta=2.0**-1075, nu=2.0**-1072, cap_eps=2.0**-1065, big=float(np.finfo(np.float64).max)),
 }
@@ -37,7 +37,7 @@ _C_W = 3.968
 _MERGE_LEVELS = 10
 
 
-class _Fmt:
+class Fmt:
     """What the bound needs of a format: its ulp at |v| >= 0, fast (the exponent bits)."""
 
     def __init__(self, dt):
@@ -83,11 +83,20 @@ def _line(R, D, u, k, eta):
 KERNEL_CLASSES = ("two_pass", "welford", "one_pass_float64")
 
 
-def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True):
+def check_kernels(kernels) -> tuple:
+    """``kernels=`` as a tuple of class names, each one of :data:`KERNEL_CLASSES`: ``ValueError``
+    naming them otherwise (a misspelt class must fail whether or not a bound is needed)."""
+    classes = (kernels,) if isinstance(kernels, str) else tuple(kernels)
+    if not classes or any(k not in KERNEL_CLASSES for k in classes):
+        raise ValueError(f"kernels must name some of {', '.join(KERNEL_CLASSES)}; got {kernels!r}")
+    return classes
+
+
+def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True):
     """Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
     list per class, the bound being max over classes of min over the class's lines; and the
     largest D and rho_+ over the classes (without the lines if not ``need_lines``)."""
-    A = _ACC[acc]
+    A = ACC[acc]
     u, eta, nu = A["u"], A["eta"], A["nu"]
     psi = gamma_n(5, u)
     r = rstd * (1 + 2.0**-40)
@@ -165,7 +174,7 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
     return lines, dict(rho_max=rho_max, D=D, D_T=D_T, D_W=D_W)
 
 
-def _prune(lines, zmax):
+def prune(lines, zmax):
     """Drop the lines and classes that cannot matter on |z| in [0, zmax] for every row of the
     block: a line that another kept line of its class lies below at both ends (the class is
     their minimum), and a class that another kept class lies above at both ends of one of its
@@ -195,7 +204,7 @@ def _prune(lines, zmax):
     return [kept[c][0] for c in range(len(kept)) if c not in gone]
 
 
-def _eval(lines, core):
+def evaluate(lines, core):
     """max over classes of min over each class's lines a |z| + b, elementwise (fmin/fmax: a
     NaN line, from 0 * inf, never wins)."""
     out, cur, tmp = None, np.empty_like(core), np.empty_like(core)
@@ -213,7 +222,7 @@ def _eval(lines, core):
     return out
 
 
-def _finish(Ec, ya, fmt, accf):
+def finish(Ec, ya, fmt, accf):
     """|result - y| given |c - y| <= Ec for c in the accumulation format (in place in Ec): c
     rounded to it first if the output format differs, then once to the output format (y's own
     float64 error allowed for)."""

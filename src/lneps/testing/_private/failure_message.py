@@ -17,13 +17,13 @@ def _row_of(gr, idx, shown):
         return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
     if gr.wrt in ("gamma", "beta"):
         return "x (every row contributes)", None
-    from ._arrays import _axes
+    from .arguments import reduced_axes
 
     if gr.name == "batch_norm":
-        axes = _axes(0 if gr.axis is None else gr.axis, xa.ndim)
+        axes = reduced_axes(0 if gr.axis is None else gr.axis, xa.ndim)
         where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
         return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
-    axes = _axes(-1 if gr.axis is None else gr.axis, xa.ndim)
+    axes = reduced_axes(-1 if gr.axis is None else gr.axis, xa.ndim)
     where = "x[" + ", ".join(":" if k in axes else str(i) for k, i in enumerate(shown)) + "]"
     return where, xa[tuple(slice(None) if k in axes else i for k, i in enumerate(idx))]
 
@@ -44,9 +44,9 @@ def _placed(p, gr):
     if gr.name == "group_norm" and p.ndim == 1:
         return p.reshape([shape[1] if a == 1 else 1 for a in range(nd)])
     if p.ndim and gr.name in ("layer_norm", "rms_norm") and gr.axis is not None:
-        from ._arrays import _axes
+        from .arguments import reduced_axes
 
-        axes = _axes(gr.axis, nd)
+        axes = reduced_axes(gr.axis, nd)
         if p.shape == tuple(shape[a] for a in axes):
             return p.reshape([shape[a] if a in axes else 1 for a in range(nd)])
     return p
@@ -67,7 +67,7 @@ def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
     return found
 
 
-def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
+def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
     shape = gr.a64.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         badness = np.where(over, err / bound if np.ndim(bound) else err, -1.0)
@@ -103,7 +103,9 @@ def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, o
                      + " (exact to the digits shown)")
     ga, be = _at(_placed(gr.gamma, gr), idx, shape), _at(_placed(gr.beta, gr), idx, shape)
     if ga is not None or be is not None:
-        lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in (("gamma", ga), ("beta", be)) if v is not None))
+        shown_p = (("gamma", ga), ("beta", be)) if gr.wrt != "beta" else ()  # dβ involves neither
+        if shown_p and any(v is not None for _, v in shown_p):
+            lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in shown_p if v is not None))
     lines += [f"  exact             {show(gr.e[idx])}",
               f"  correctly rounded {show(gr.r[idx])}",
               f"  actual            {show(gr.a64[idx])}",
@@ -122,6 +124,14 @@ def _message(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, o
         lines.append(f"  across rows: {systematic}")
     for s in found:
         lines.append(f"suspect: {s}")
+    nd = gr.x.ndim
+    if (not getattr(gr, "axis_given", True) and nd > 2 and gr.name in ("layer_norm", "rms_norm")
+            and over_count * 2 > n):
+        # most elements off on an N-D input graded over its last axis alone: the likeliest cause
+        lines.append(f"note: x is {nd}-D and axis= was not given, so each slice along the last axis was "
+                     f"normalized on its own; a kernel that normalizes over more axes (torch's "
+                     f"normalized_shape of several dimensions) is graded with axis=, e.g. "
+                     f"axis={tuple(range(1, nd))}")
     if err_msg:
         lines.append(str(err_msg))
     return "\n".join(lines)

@@ -78,9 +78,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._arrays import _as_numpy
-from .forward_error import _block_rows, _prepare
-from .kernel_classes import _ACC, _Fmt, _row_stats, gamma_n
+from .arguments import as_numpy
+from .forward_error import block_rows, prepare
+from .kernel_classes import ACC, Fmt, row_stats, gamma_n
 
 __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN_ROWS"]
 
@@ -122,11 +122,49 @@ class ScaleBias:
     suspect: str | None
     per_row: np.ndarray = field(repr=False, compare=False)
     eligible: np.ndarray = field(repr=False, compare=False)
+    #: the row length, the random part of the threshold (lambda S) and the weighted allowances
+    #: on the negative and positive sides (``low = -allowance_low - spread``)
+    d: int = 0
+    spread: float = float("nan")
+    allowance_low: float = float("nan")
+    allowance_high: float = float("nan")
+    #: the least number of eligible distinct rows the test needs
+    min_rows: int = 8
 
     @property
     def passed(self) -> bool:
         """False only for the verdict "fail"."""
         return self.verdict != "fail"
+
+    def rows_for(self, scale: float) -> int | None:
+        r"""About how many rows like these the test needs to catch a systematic relative scale
+        error ``scale`` (e.g. :math:`-1/(2d)`, the d - 1 variance): the random part of the
+        threshold shrinks as :math:`1/\sqrt{n}`, the allowance does not, so
+        :math:`n\,(\lambda S/(|s| - A))^2`, at least :attr:`min_rows`. None where no number
+        of rows suffices (:math:`|s|` within the allowance) or the test did not apply."""
+        allowance = self.allowance_low if scale < 0 else self.allowance_high
+        if self.verdict == "not applicable" or not abs(scale) > allowance:
+            return None
+        return max(self.min_rows, math.ceil(self.rows * (self.spread / (abs(scale) - allowance)) ** 2))
+
+    def coverage(self) -> str:
+        """What the test could see on these rows, in words: its verdict, the smallest scale
+        error it could have caught, and whether that reaches the d - 1 variance (a relative
+        :math:`-1/(2d)`, the defect it exists for); if not, how many rows would."""
+        if self.verdict == "not applicable":
+            return (f"test across rows not applied: {self.rows} eligible distinct rows of {self.rows_total}, "
+                    f"at least {self.min_rows} needed (rows of distinct values, not repeated or constant); "
+                    f"a systematic scale error, such as the d - 1 variance, was not looked for")
+        text = (f"test across rows: {self.verdict} over {self.rows} rows; it catches a systematic relative "
+                f"scale error below {self.low:.3g} or above {self.high:.3g}")
+        if self.d > 1:
+            unbiased = -1 / (2 * self.d)
+            if unbiased >= self.low:
+                need = self.rows_for(unbiased)
+                text += (f"; the d - 1 variance ({unbiased:.3g} at d = {self.d}) is within that, so it could not "
+                         f"have been caught: " + (f"about {need} rows like these would catch it" if need
+                                                  else "no number of such rows would"))
+        return text
 
     def __str__(self):
         if self.verdict == "not applicable":
@@ -188,14 +226,14 @@ def scale_bias(op, *, actual, exact=None, x, gamma=None, beta=None, eps, axis=-1
     rows, beyond what a correct kernel's rounding can produce: a :class:`ScaleBias`.
 
     Model, statistic, threshold and false-alarm probability: the module docstring
-    (``lneps.testing.systematic``). ``op`` is "layer_norm" or "rms_norm"; ``exact`` the op's
+    (``lneps.testing._private.systematic``). ``op`` is "layer_norm" or "rms_norm"; ``exact`` the op's
     correctly rounded float64 result on x (gamma and beta applied; computed if None, which
     needs ``beta``); ``stats`` ((mean, rstd) or rstd, float64, as ``return_stats=True``
     gives them) spares recomputing the statistics; ``dtype`` is the output format (default
     actual's). x, gamma, eps and axis as :func:`lneps.testing.forward_bound`.
 
     >>> import numpy as np, lneps, lneps.testing as lt
-    >>> from lneps.testing.systematic import scale_bias
+    >>> from lneps.testing import scale_bias
     >>> x = lt.families(np.float32, 4096, rows=16)["normal"].x
     >>> exact = lneps.layer_norm(x.astype(np.float64), eps=1e-5)
     >>> good = lneps.layer_norm(x, eps=1e-5)  # correctly rounded: no bias
@@ -207,7 +245,7 @@ def scale_bias(op, *, actual, exact=None, x, gamma=None, beta=None, eps, axis=-1
     >>> result.verdict, result.suspect
     ('fail', 'the d - 1 (unbiased) variance')
     """
-    a_in = _as_numpy(actual, "actual")
+    a_in = as_numpy(actual, "actual")
     test = ScaleTest(op, x=x, gamma=gamma, beta=beta, eps=eps, axis=axis, dtype=a_in.dtype if dtype is None else dtype,
                      exact=exact, stats=stats, block=block, actual=a_in)
     return test.result
@@ -221,7 +259,7 @@ class ScaleTest:
 
     >>> import numpy as np, lneps
     >>> from lneps.testing import families
-    >>> from lneps.testing.systematic import ScaleTest
+    >>> from lneps.testing import ScaleTest
     >>> x = families(np.float32, 1024, rows=32)["normal"].x
     >>> test = ScaleTest("layer_norm", x=x, eps=1e-5, dtype=np.float32)
     >>> [test.check(lneps.layer_norm(x, eps=e)).verdict for e in (1e-5, 0.0)]
@@ -230,7 +268,7 @@ class ScaleTest:
 
     def __init__(self, op, *, x, gamma=None, beta=None, eps, axis=-1, dtype, exact=None, stats=None,
                  block=1 << 16, actual=None):
-        P = self._P = _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
+        P = self._P = prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
         self.op, self.d, self.eps, self.dtype = op, P["d"], P["eps"], P["dt"]
         a2 = None
         if actual is not None:
@@ -243,7 +281,7 @@ class ScaleTest:
 
     def check(self, actual) -> ScaleBias:
         """The :class:`ScaleBias` of ``actual`` (x's shape, the output format given)."""
-        a = _as_numpy(actual, "actual")
+        a = as_numpy(actual, "actual")
         if a.shape != self._P["xa"].shape:
             raise ValueError(f"actual has shape {a.shape}; x has shape {self._P['xa'].shape}")
         with np.errstate(all="ignore"):
@@ -268,7 +306,7 @@ class ScaleTest:
         if n < MIN_ROWS:
             nan = float("nan")
             return ScaleBias(self.op, self.dtype, nan, nan, nan, nan, n, nrows, FALSE_ALARM, "not applicable", None,
-                             per_row, eligible)
+                             per_row, eligible, d=self.d, min_rows=MIN_ROWS)
         s = s_all[idx]
         sig = R["sig"][idx]
         A2, An, Ap = R["A2"][idx], R["An"][idx], R["Ap"][idx]
@@ -283,17 +321,19 @@ class ScaleTest:
         suspect = (_suspect(self.op, self.d, self.eps, R["sig2"][idx], s, om, stat, low, high, noise)
                    if verdict == "fail" else None)
         return ScaleBias(self.op, self.dtype, stat, low, high, high if stat >= 0 else -low, n, nrows, FALSE_ALARM,
-                         verdict, suspect, per_row, eligible)
+                         verdict, suspect, per_row, eligible, d=self.d, spread=LAMBDA * S,
+                         allowance_low=float((om * (A2 + An)).sum() / tot),
+                         allowance_high=float((om * (A2 + Ap)).sum() / tot), min_rows=MIN_ROWS)
 
 
 def _row_pass(P, a2, keep_w, block):
     """One pass over the rows: per-row arrays (s if ``a2`` is given, W, sig, the allowances,
     eligibility, fingerprints, variances) and, if ``keep_w``, the weights w (rows, d)."""
     op, d, acc, g, e_ = P["op"], P["d"], P["acc"], P["g"], P["eps"]
-    A = _ACC[acc]
+    A = ACC[acc]
     u = A["u"]
-    fmt = _Fmt(P["dt"])
-    accf = _Fmt(np.float64 if acc == 64 else np.float32)
+    fmt = Fmt(P["dt"])
+    accf = Fmt(np.float64 if acc == 64 else np.float32)
     c_y = 2 * u if acc == 64 else u + (0.0 if fmt.dt == accf.dt else fmt.u)
     tau = 0.5 * fmt.tiny + A["eta"]
     psi = gamma_n(5, u)
@@ -306,7 +346,7 @@ def _row_pass(P, a2, keep_w, block):
     if g is not None:
         gg = np.broadcast_to(g, (1, d)).astype(np.float64)
         g2sum = float(np.einsum("ij,ij->", gg, gg))
-    B = _block_rows(d, block)
+    B = block_rows(d, block)
     with np.errstate(all="ignore"):
         for r0 in range(0, nrows, B):
             r1 = min(nrows, r0 + B)
@@ -361,7 +401,7 @@ def _row_pass(P, a2, keep_w, block):
             fp = y @ probe
             q = np.fmin(Z2 / d, 1.0)[:, None]
             with_x = (M * (1 + 2.0**-40), X, mean, q) if layer else None
-            _, info = _row_stats(op, rstd, d, acc, P["eps_hat"], with_x, need_lines=False)
+            _, info = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, need_lines=False)
             D = np.broadcast_to(info["D"], rstd.shape)[:, 0]
             rho = np.broadcast_to(info["rho_max"], rstd.shape)[:, 0]
             r, qq = rstd[:, 0], q[:, 0]
@@ -395,7 +435,7 @@ def _row_pass(P, a2, keep_w, block):
             acc_rows["ok"][sl] = ok
             acc_rows["fp"][sl] = fp
             acc_rows["sig2"][sl] = qq / (r * r)
-            if layer:  # mean |x| and max |x|, for lneps.testing.bound_floor.bound_floor
+            if layer:  # mean |x| and max |x|, for lneps.testing._private.deferred_bound.bound_floor
                 acc_rows["M"][sl], acc_rows["X"][sl] = M[:, 0], X[:, 0]
     return acc_rows, w_store
 

@@ -80,11 +80,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backward as _backward
-from .. import norms
-from .._checks import check_axis, check_eps
-from ..formats import format_of, ulp
-from ._arrays import _FORMATS, _as_numpy
+from ... import backward as _backward
+from ... import norms
+from ..._checks import check_axis, check_eps
+from ...formats import format_of, ulp
+from .arguments import FORMATS, as_numpy
 
 __all__ = ["backward_bound", "backward_scale", "BACKWARD_OPS", "BACKWARD_WRT"]
 
@@ -105,12 +105,12 @@ class _Rows:
             raise ValueError(f"op must be one of {', '.join(BACKWARD_OPS)}; got {op!r}")
         if wrt not in BACKWARD_WRT or (op == "rms_norm" and wrt == "beta"):
             raise ValueError(f"wrt must be 'x', 'gamma'{'' if op == 'rms_norm' else ' or beta'} for {op}; got {wrt!r}")
-        xa = _as_numpy(x, "x")
-        ga = _as_numpy(dy, "dy")
+        xa = as_numpy(x, "x")
+        ga = as_numpy(dy, "dy")
         if ga.shape != xa.shape:
             raise ValueError(f"dy must have x's shape {xa.shape}; got {ga.shape}")
         self.dt = xa.dtype if dtype is None else np.dtype(dtype)
-        if self.dt not in _FORMATS:
+        if self.dt not in FORMATS:
             raise TypeError(f"dtype must be float16, bfloat16, float32 or float64; got {self.dt}")
         self.wide = self.dt == np.float64
         self.u = 2.0**-53 if self.wide else 2.0**-24
@@ -120,7 +120,7 @@ class _Rows:
         self.axis = check_axis(xa, axis)
         self.shape = xa.shape
         acc = np.float64 if self.wide else np.float32
-        gam = None if gamma is None else _as_numpy(gamma, "gamma").astype(np.float64)
+        gam = None if gamma is None else as_numpy(gamma, "gamma").astype(np.float64)
         X = np.moveaxis(xa.astype(np.float64), self.axis, -1)
         G = np.moveaxis(ga.astype(np.float64), self.axis, -1)
         self.moved = X.shape
@@ -259,7 +259,7 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
                 risky = n * G.max(axis=0, initial=0.0) > fmax
         s = _scale(rows) * sl
         y = y * (1 + 2.0**-50)
-        if dt in (np.float16, _FORMATS[1], np.float64):
+        if dt in (np.float16, FORMATS[1], np.float64):
             err = err + 0.5 * ulp((y + err) * (1 + 2.0**-50), dt)
         out = err / ulp(np.fmax(y, s), dt) * (1 + 2.0**-20)
         finite = np.isfinite(rows.X).all(axis=1, keepdims=True) & np.isfinite(rows.G).all(axis=1, keepdims=True)

@@ -5,17 +5,17 @@ The model and the analysis, term by term (``_two_pass_error``, ``_two_pass_cap``
 ``_rounded_once``), are in :func:`two_pass_bound`'s docstring and in the section "The derived
 tolerance" of the book's appendix "How the reference works" (the chapter "Testing a kernel
 against the exact answer" shows ``_two_pass_error``). :func:`lneps.testing.forward_bound`
-(:mod:`lneps.testing.forward_error`) covers more kernels, and RMS norm.
+(:mod:`lneps.testing._private.forward_error`) covers more kernels, and RMS norm.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import norms
-from .._checks import check_eps, check_float_dtype
-from ..formats import format_of, ulp
-from ._arrays import _FORMATS, _as_numpy, _axes
+from ... import norms
+from ..._checks import check_eps, check_float_dtype
+from ...formats import format_of, ulp
+from .arguments import FORMATS, as_numpy, reduced_axes
 from .kernel_classes import gamma_n
 
 __all__ = ["U32", "two_pass_bound"]
@@ -62,7 +62,7 @@ def _gain(g, axis, shape):
     if g is None:
         return 1.0
     s, nd = np.abs(g.astype(np.float64)), len(shape)
-    axes = _axes(axis, nd)
+    axes = reduced_axes(axis, nd)
     if s.ndim and s.shape == tuple(shape[a] for a in axes):  # placed as the op applies gamma
         s = s.reshape([shape[a] if a in axes else 1 for a in range(nd)])
     return np.broadcast_to(s, shape)
@@ -79,7 +79,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     and added; a reciprocal square root within one float32 ulp (:math:`\gamma_2`);
     :math:`\gamma\hat n + \beta` in any order of the products; one last rounding to ``dtype``.
 
-    Result: a forward error analysis (module ``lneps.testing.two_pass``; derived in the
+    Result: a forward error analysis (module ``lneps.testing._private.two_pass``; derived in the
     appendix "How the reference works"): the mean's error in units of the output,
     :math:`D = \gamma_{d+1} M r` (the offset term, which grows with d and :math:`|m|/\sigma`),
     the reciprocal square root's relative error :math:`R \approx \gamma_{d+5}/2 + \gamma_2 +
@@ -108,8 +108,8 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     >>> bool((two_pass_bound(x) < 1).all())
     True
     """
-    xa = _as_numpy(x, "x")
-    small = _FORMATS[:3]
+    xa = as_numpy(x, "x")
+    small = FORMATS[:3]
     if xa.dtype not in small:
         raise TypeError(f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input")
     dt = xa.dtype if dtype is None else check_float_dtype(dtype)
@@ -121,7 +121,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         if v is None:
             gb.append(None)
             continue
-        a = _as_numpy(v, name)
+        a = as_numpy(v, name)
         a64 = a.astype(np.float64)
         with np.errstate(over="ignore"):
             if not np.array_equal(a64.astype(np.float32).astype(np.float64), a64):
@@ -129,7 +129,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         gb.append(a)
     g, b = gb
     x64 = xa.astype(np.float64)
-    axes = _axes(axis, xa.ndim)
+    axes = reduced_axes(axis, xa.ndim)
     d = int(np.prod([xa.shape[a] for a in axes]))
     z, _, rstd = norms.layer_norm(x64, eps=e_, axis=axis, return_stats=True)
     y = norms.layer_norm(x64, g, b, eps=e_, axis=axis)
