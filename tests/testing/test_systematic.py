@@ -124,3 +124,27 @@ def test_blocks_axis_and_stats_do_not_change_the_result():
         assert other.statistic == a.statistic and other.low == a.low and other.verdict == a.verdict
     assert np.array_equal(a.per_row, b.per_row, equal_nan=True)
     assert a.verdict == "fail" and "d - 1" in str(a)
+
+
+def test_16_bit_outputs_catch_the_d_minus_1_variance_at_d_4096():
+    # the output's rounding to float16 is random (to nearest, one error per significand), not a
+    # bias of a whole ulp: before, the allowance of u_out left -1/(2d) unseen on any number of rows
+    x = families(np.float16, 4096, rows=16)["normal"].x
+    sb = _run(kz.unbiased_variance, x)
+    assert sb.verdict == "fail" and sb.suspect == "the d - 1 (unbiased) variance"
+    assert sb.low > -1 / (2 * 4096) / 2  # with room to spare
+    assert _run(kz.two_pass_pairwise, x).verdict == "pass"
+
+
+def test_the_result_says_what_it_could_have_caught():
+    xb = families(np.dtype("bfloat16"), 4096, rows=16)["normal"].x
+    sb = _run(kz.two_pass_pairwise, xb)  # bfloat16's rounding is coarse: 16 rows do not see 1/(2d)
+    need = sb.rows_for(-1 / (2 * 4096))
+    assert sb.verdict == "pass" and need > 16
+    assert f"about {need} rows like these would catch it" in sb.coverage()
+    few = _run(kz.two_pass_pairwise, families(np.float32, 4096, rows=4)["normal"].x)
+    assert few.verdict == "not applicable" and few.rows_for(-1e-3) is None
+    assert "not applied: 4 eligible distinct rows of 4, at least 8 needed" in few.coverage()
+    # with enough rows the float32 test reaches it, and says nothing more
+    sb32 = _run(kz.two_pass_pairwise, families(np.float32, 4096, rows=64)["normal"].x)
+    assert sb32.low > -1 / (2 * 4096) and "could not" not in sb32.coverage()
