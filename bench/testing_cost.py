@@ -75,7 +75,9 @@ TORCH_CALL = ("torch.testing.assert_close(actual_t, torch.nn.functional.layer_no
               "eps=1e-5).to(actual_t.dtype))")
 TORCH_CALL_NO_DTYPE = ("torch.testing.assert_close(actual_t, torch.nn.functional.layer_norm(x_t.double(), (d,), "
                        "eps=1e-5), check_dtype=False)")
-TOOLS = {"lneps": LNEPS_CALL, "torch": TORCH_CALL, "torch_check_dtype_false": TORCH_CALL_NO_DTYPE}
+TORCH_CALL_REFERENCE_GIVEN = "torch.testing.assert_close(actual_t, expected)  # expected made beforehand, untimed"
+TOOLS = {"lneps": LNEPS_CALL, "torch": TORCH_CALL, "torch_check_dtype_false": TORCH_CALL_NO_DTYPE,
+         "torch_reference_given": TORCH_CALL_REFERENCE_GIVEN}
 
 
 # --- in the subprocess: one case --------------------------------------------------------------
@@ -144,11 +146,17 @@ def _case(tool: str, dtype_name: str, shape: tuple, runs: int, max_ulp: float | 
 
         torch.set_num_threads(1)
         keep = tool == "torch_check_dtype_false"
+        given = tool == "torch_reference_given"
 
         def prepare(x, actual):
-            return torch.from_numpy(x), torch.from_numpy(actual)
+            x_t, actual_t = torch.from_numpy(x), torch.from_numpy(actual)
+            if given:  # the reference computed here, outside the timing and the memory figure
+                return F.layer_norm(x_t.double(), (x_t.shape[-1],), eps=EPS).to(actual_t.dtype), actual_t
+            return x_t, actual_t
 
         def grade(x_t, actual_t):
+            if given:  # x_t is the reference here
+                return torch.testing.assert_close(actual_t, x_t)
             expected = F.layer_norm(x_t.double(), (x_t.shape[-1],), eps=EPS)
             if keep:
                 return torch.testing.assert_close(actual_t, expected, check_dtype=False)
@@ -237,7 +245,7 @@ def measure(quick: bool = False, *, max_ulp: float | None = None, python: str | 
     shape = QUICK_SHAPE if quick else SHAPE
     long_shape = QUICK_LONG_SHAPE if quick else LONG_SHAPE
     torch_version = _torch_available(python, env)
-    tools = ("lneps", "torch", "torch_check_dtype_false") if torch_version else ("lneps",)
+    tools = ("lneps", "torch", "torch_check_dtype_false", "torch_reference_given") if torch_version else ("lneps",)
     notes = []
     if not torch_version:
         notes.append("torch is missing from this environment: lneps's figures alone, no ratios")
@@ -255,7 +263,7 @@ def measure(quick: bool = False, *, max_ulp: float | None = None, python: str | 
     for name, dt, shp, runs, judged in plan:
         case = {"judged": judged}
         for tool in tools:
-            if tool == "torch_check_dtype_false" and not judged:
+            if tool in ("torch_check_dtype_false", "torch_reference_given") and not judged:
                 continue
             if progress:
                 progress(f"grading cost: {name}, {tool}")
@@ -264,6 +272,11 @@ def measure(quick: bool = False, *, max_ulp: float | None = None, python: str | 
         if _ok(lm) and _ok(tm):
             case["time_ratio"] = lm["seconds"] / tm["seconds"]
             case["memory_ratio"] = lm["extra_memory_mb"] / tm["extra_memory_mb"] if tm["extra_memory_mb"] > 0 else None
+            rg = case.get("torch_reference_given")
+            if _ok(rg):  # the other reading: torch's float64 reference not in its figures
+                case["time_ratio_reference_untimed"] = lm["seconds"] / rg["seconds"]
+                case["memory_ratio_reference_untimed"] = (lm["extra_memory_mb"] / rg["extra_memory_mb"]
+                                                          if rg["extra_memory_mb"] > 0 else None)
             if judged and max_ulp is None:  # with max_ulp= given the figures judge nothing
                 case["time_target_met"] = case["time_ratio"] <= TIME_TARGET
                 case["memory_target_met"] = case["memory_ratio"] is not None and case["memory_ratio"] <= MEMORY_TARGET
@@ -324,6 +337,13 @@ def rows(r: dict) -> list[tuple[str, str, str]]:
             notes.append(f"ratios lneps/torch: time {c['time_ratio']:.2f} x, memory {'n/a' if mr is None else f'{mr:.2f} x'}")
         if tf is not None:
             notes.append(f"torch with check_dtype=False (float64 reference kept) {_fmt_tool(tf)}")
+        rg = c.get("torch_reference_given")
+        if rg is not None:
+            notes.append(f"torch.testing with its reference made beforehand (untimed) {_fmt_tool(rg)}")
+        if "time_ratio_reference_untimed" in c:
+            mu = c["memory_ratio_reference_untimed"]
+            notes.append(f"ratios lneps/torch, torch's reference untimed: time {c['time_ratio_reference_untimed']:.2f} x, "
+                         f"memory {'n/a' if mu is None else f'{mu:.2f} x'}")
         out.append((f"Grading {name} (lneps.testing.assert_close default vs torch.testing)", time_col, "; ".join(notes)))
     return out
 
@@ -334,13 +354,15 @@ def table(r: dict) -> str:
         "case); extra memory: peak RSS during the call minus RSS before it (largest over the calls).",
         f"lneps: `{r['lneps_call']}`" + (f" with max_ulp={r['lneps_max_ulp']:g}" if r["lneps_max_ulp"] is not None else ""),
         f"torch {r['torch'] or '(missing)'}: `{r['torch_call']}` (reference computed inside the timed call); "
-        f"for information: `{r['torch_call_info']}`",
+        f"for information: `{r['torch_call_info']}`, and torch's call with its reference made beforehand, "
+        "outside the timing and the memory figure (the ratios in the last columns)",
         f"Load average (1 min) {r['load_avg_start'][0]:.1f} -> {r['load_avg_end'][0]:.1f} on {os.cpu_count()} CPUs: "
         "the cases run one after another, so load that comes and goes moves the ratios.",
         "",
         "| case | lneps time | torch time | time ratio (<= 3) | lneps extra MB | torch extra MB | memory ratio (<= 1.5) "
-        "| torch check_dtype=False | passed (lneps / torch) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| torch check_dtype=False | passed (lneps / torch) | time ratio, torch's reference untimed "
+        "| memory ratio, torch's reference untimed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, c in r["cases"].items():
         lm, tm, tf = c.get("lneps"), c.get("torch"), c.get("torch_check_dtype_false")
@@ -361,7 +383,9 @@ def table(r: dict) -> str:
         lines.append(
             f"| {name} | {cell(lm, 'seconds', '{:.3f} s')} | {cell(tm, 'seconds', '{:.3f} s')} | {tr} "
             f"| {cell(lm, 'extra_memory_mb', '{:.1f}')} | {cell(tm, 'extra_memory_mb', '{:.1f}')} | {mr} "
-            f"| {_fmt_tool(tf) if tf is not None else '-'} | {passed} |")
+            f"| {_fmt_tool(tf) if tf is not None else '-'} | {passed} "
+            f"| {met(c.get('time_ratio_reference_untimed'), None) if 'time_ratio_reference_untimed' in c else '-'} "
+            f"| {met(c.get('memory_ratio_reference_untimed'), None) if 'time_ratio_reference_untimed' in c else '-'} |")
     lines += [f"\nNote: {n}" for n in r["notes"]]
     return "\n".join(lines)
 
