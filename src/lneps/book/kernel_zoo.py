@@ -9,7 +9,10 @@ the kernels production libraries run: two passes with sequential or warp-tree su
 sequentially or per lane with Chan's merges (PyTorch's ``WelfordOps``, Apex's
 ``cuChanOnlineSum``), one pass in float64, CUDA's ``rsqrtf`` (up to 2 ulp off, modelled as the
 correctly rounded value moved by -2..2 ulp: at random, always down, always up), the affine step
-in other orders. Each defect changes one thing.
+in other orders. Each defect changes one thing; the first ones are the chapter's six, the
+correct pairwise two-pass kernel changed once (the variance in one pass, every operation in the
+input format, the variance rounded to it before eps, the affine step in it, the d - 1 variance,
+eps / 10).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Kernel", "ZOO", "kernels"]
+__all__ = ["Kernel", "ZOO", "CHAPTER", "kernels", "by_name"]
 
 F32, F64, BF16 = np.float32, np.float64, np.dtype(ml_dtypes.bfloat16)
 LANES = 32
@@ -339,6 +342,38 @@ def eps_tenth(x, gamma=None, beta=None, eps=1e-5):
     return two_pass_pairwise(x, gamma, beta, eps / 10)
 
 
+def all_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the two-pass kernel with every operation in x's own format (no float32; in
+    float32 it is the correct kernel)."""
+    dt = x.dtype
+    d = dt.type(x.shape[1])
+    t = x - pairwise_sum(x) / d
+    r = dt.type(1) / np.sqrt(pairwise_sum(t * t) / d + dt.type(eps))
+    n = t * r
+    if gamma is not None:
+        n = n * gamma
+    return n if beta is None else n + beta
+
+
+def eps_after_rounding(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the variance rounded to x's format before eps (itself in x's format) is added."""
+    dt = x.dtype
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    w = (var.astype(dt) + dt.type(eps)).astype(F32)
+    return _out(_affine(t * (F32(1) / np.sqrt(w)), gamma, beta), x)
+
+
+def affine_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the normalized value rounded to x's format, gamma and beta applied there (the
+    design of Hugging Face's Llama RMSNorm, here for layer norm)."""
+    dt = x.dtype
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    n = (t * (F32(1) / np.sqrt(var + F32(eps)))).astype(dt)
+    if gamma is not None:
+        n = n * gamma
+    return n if beta is None else n + beta
+
+
 def rms_eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
     """Defect (RMS norm): x / (sqrt(mean(x^2)) + eps)."""
     xf = x.astype(F32)
@@ -381,16 +416,32 @@ ZOO = (
     _k("RMS, sequential sum", "correct", "rms_norm", rms_sequential),
     _k("RMS, warp-tree sum", "correct", "rms_norm", rms_warp_tree),
     _k("RMS, rsqrt +-2 ulp", "correct", "rms_norm", rms_rsqrt_2ulp),
-    _k("eps after the square root", "defective", "layer_norm", eps_after_sqrt),
+    _k("one pass in float32", "defective", "layer_norm", one_pass_float32),
+    _k("all in the input format", "defective", "layer_norm", all_in_input_format),
+    _k("eps after rounding", "defective", "layer_norm", eps_after_rounding),
+    _k("affine in the input format", "defective", "layer_norm", affine_in_input_format),
     _k("unbiased (d - 1) variance", "defective", "layer_norm", unbiased_variance),
+    _k("eps / 10", "defective", "layer_norm", eps_tenth),
+    _k("eps after the square root", "defective", "layer_norm", eps_after_sqrt),
     _k("eps ignored", "defective", "layer_norm", eps_ignored),
     _k("16-bit accumulation", "defective", "layer_norm", accumulate_16bit),
-    _k("one pass in float32", "defective", "layer_norm", one_pass_float32),
     _k("rstd stored in bfloat16", "defective", "layer_norm", rstd_bfloat16),
     _k("eps stored in float16", "defective", "layer_norm", eps_float16),
-    _k("eps / 10", "defective", "layer_norm", eps_tenth),
     _k("RMS, eps after the square root", "defective", "rms_norm", rms_eps_after_sqrt),
 )
+
+
+#: The chapter's table of families: the correct pairwise two-pass kernel and its six one-change defects.
+CHAPTER = ("two-pass, pairwise sums", "one pass in float32", "all in the input format", "eps after rounding",
+           "affine in the input format", "unbiased (d - 1) variance", "eps / 10")
+
+
+def by_name(name):
+    """The zoo's kernel called ``name`` (``KeyError`` naming the names otherwise)."""
+    for k in ZOO:
+        if k.name == name:
+            return k
+    raise KeyError(f"no kernel {name!r} in the zoo; it has {', '.join(k.name for k in ZOO)}")
 
 
 def kernels(kind=None, op=None):
