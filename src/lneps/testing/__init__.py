@@ -41,6 +41,7 @@ from ._private.arguments import DEFAULT, OPS, WRT
 from ._private.assertions import assert_close, default_tolerance
 from ._private.backward_error import backward_bound, backward_scale
 from ._private.hard_inputs import Family, families
+from ._private.exact_errors import scaled_error
 from ._private.forward_error import forward_bound
 from ._private.grading import compare
 from ._private.kernel_classes import KERNEL_CLASSES
@@ -58,6 +59,7 @@ DEFAULT = DEFAULT
 #: The classes of correct kernels :func:`forward_bound` covers, each with its own error analysis.
 KERNEL_CLASSES = KERNEL_CLASSES
 
-__all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "forward_bound",
+__all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "scaled_error",
+           "forward_bound",
            "KERNEL_CLASSES", "scale_bias", "ScaleBias", "ScaleTest", "two_pass_bound", "backward_bound",
            "backward_scale", "Family", "families"]

@@ -247,3 +247,29 @@ def _estimated(call, rows, xa, a):
     return Graded(**{**call.__dict__, "a": a, "a64": a64, "e": e, "r": r, "uncertain": np.zeros((), dtype=bool),
                       "diff": diff, "err": err, "scaled": scaled, "x": xa, "stats": stats, "rows": rows,
                       "delta": delta, "s": s, "finite": finite})
+
+
+def scaled_error(actual, *, exact, gamma=None, dtype=None):
+    r"""The scaled metric of :func:`lneps.testing.compare` against an exact result already at
+    hand: :math:`|a_i - e_i|` in ulp of :math:`\max(|e_i|, |\gamma_i|)` (of
+    :math:`\max(|e_i|, 1)` without a gain) in ``dtype`` (actual's format by default), float64
+    of actual's shape. ``exact`` is the float64 exact result (``lneps.layer_norm`` of x upcast to
+    float64, say), ``gamma`` broadcasts against the last axis. A NaN or infinity counts 0 where
+    it equals the correctly rounded value and infinitely far otherwise, as in ``compare``; the
+    same function computes both. For grading many kernels on one input without computing its
+    exact result again for each.
+
+    >>> import numpy as np, lneps, lneps.testing
+    >>> x = np.array([[1.0, 2.0, 4.0]], dtype=np.float16)
+    >>> y = lneps.layer_norm(x, eps=1e-5)
+    >>> exact = lneps.layer_norm(x.astype(np.float64), eps=1e-5)
+    >>> bool(np.array_equal(lneps.testing.scaled_error(y, exact=exact),
+    ...                     lneps.testing.compare(y, x=x, eps=1e-5).scaled_error))
+    True
+    """
+    a = as_numpy(actual, "actual")
+    dt = a.dtype if dtype is None else np.dtype(dtype)
+    e = np.asarray(exact, dtype=np.float64)
+    r = e if dt == np.float64 else round_float64(e, dt)
+    s = 1.0 if gamma is None else np.abs(as_numpy(gamma, "gamma").astype(np.float64))
+    return errors_of(a.astype(np.float64), e, r, np.broadcast_to(s, a.shape) if np.ndim(s) else s, dt)[2]
