@@ -112,14 +112,19 @@ def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_ms
               f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
               f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound"]
     # the known patterns
-    nan_const = far_const = False
+    nan_const = far_const = zero_eps = False
     if gr.wrt is None and gr.name in ("layer_norm", "rms_norm", "group_norm") and row is not None:
         constant = row.size > 1 and np.all(row == row.ravel()[0])
         if constant and np.isnan(gr.a64[idx]) and np.isfinite(gr.e[idx]):
             nan_const = True
-        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]):
-            far_const = True
+        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]) and np.isfinite(gr.e[idx]):
+            far_const = True  # (where the exact answer is NaN, eps = 0, no merge is to blame)
+        elif constant and np.isnan(gr.e[idx]) and np.isfinite(gr.a64[idx]):
+            zero_eps = True
     found = _suspects(gr, idx, row, nan_const, far_const, systematic)
+    if zero_eps:
+        found.append("a number where the exact answer is NaN: a constant row with eps = 0 is 0/0, and "
+                     "the kernel hides the division by zero (or was graded with the wrong eps=)")
     if systematic is not None and not getattr(systematic, "passed", True):
         lines.append(f"  across rows: {systematic}")
     for s in found:
