@@ -36,5 +36,7 @@ def test_the_input_format_defects_are_the_correct_kernel_in_float32():
     for name in ("all in the input format", "eps after rounding", "affine in the input format"):
         assert np.array_equal(kz.by_name(name).fn(x, None, None, 1e-5), right), name
     x16 = x.astype(np.float16)
-    assert not np.array_equal(kz.by_name("all in the input format").fn(x16, None, None, 1e-5),
-                              kz.by_name("two-pass, pairwise sums").fn(x16, None, None, 1e-5))
+    assert not np.array_equal(
+        kz.by_name("all in the input format").fn(x16, None, None, 1e-5),
+        kz.by_name("two-pass, pairwise sums").fn(x16, None, None, 1e-5),
+    )

@@ -28,16 +28,42 @@ def _two_pass(x, eps=1e-5):
     return t * (np.float32(1) / np.sqrt(var + np.float32(eps)))
 
 
-@pytest.mark.parametrize("fn, names", [
-    (lt.compare, ("x", "eps", "op", "gamma", "beta", "axis", "scale", "dy", "wrt", "dtype")),
-    (lt.assert_close, ("x", "eps", "op", "gamma", "beta", "max_ulp", "kernels", "metric", "err_msg", "axis",
-                       "scale", "dy", "wrt", "dtype", "strict_dtype")),
-])
+@pytest.mark.parametrize(
+    "fn, names",
+    [
+        (lt.compare, ("x", "eps", "op", "gamma", "beta", "axis", "scale", "dy", "wrt", "dtype")),
+        (
+            lt.assert_close,
+            (
+                "x",
+                "eps",
+                "op",
+                "gamma",
+                "beta",
+                "max_ulp",
+                "kernels",
+                "metric",
+                "err_msg",
+                "axis",
+                "scale",
+                "dy",
+                "wrt",
+                "dtype",
+                "strict_dtype",
+            ),
+        ),
+    ],
+)
 def test_the_signature_lists_the_keywords(fn, names):
     params = inspect.signature(fn).parameters
-    assert list(params)[0] == "actual" and params["actual"].kind is inspect.Parameter.POSITIONAL_ONLY
+    assert (
+        list(params)[0] == "actual" and params["actual"].kind is inspect.Parameter.POSITIONAL_ONLY
+    )
     assert tuple(n for n, p in params.items() if p.kind is p.KEYWORD_ONLY) == names
-    assert params["x"].default is inspect.Parameter.empty and params["eps"].default is inspect.Parameter.empty
+    assert (
+        params["x"].default is inspect.Parameter.empty
+        and params["eps"].default is inspect.Parameter.empty
+    )
     assert list(params)[-1] == "op_kwargs"
 
 
@@ -63,7 +89,9 @@ def test_the_output_format_is_checked_against_dtype():
 def test_an_output_in_another_format_than_x_warns_or_fails_under_strict():
     x = _rows(np.float32, d=256)
     stored16 = _two_pass(x).astype(np.float16)
-    with pytest.warns(UserWarning, match="output is float16 and its input x is float32.*dtype=float16"):
+    with pytest.warns(
+        UserWarning, match="output is float16 and its input x is float32.*dtype=float16"
+    ):
         lt.assert_close(stored16, x=x, eps=1e-5)
     with pytest.raises(AssertionError, match="output is float16 and its input x is float32"):
         lt.assert_close(stored16, x=x, eps=1e-5, strict_dtype=True)
@@ -90,15 +118,18 @@ def test_float64_x_holding_float16_numbers_is_the_kernels_float16_input(d):
             pass
 
 
-@pytest.mark.parametrize("kw, error, match", [
-    ({"kernels": ("twopass",)}, ValueError, "kernels must name some of two_pass"),
-    ({"kernels": "two-pass"}, ValueError, "kernels must name"),
-    ({"op": "layernorm"}, ValueError, "op must be one of"),
-    ({"metric": "ulps"}, ValueError, "metric must be"),
-    ({"op": "layer_norm_backward", "wrt": "w", "dy": 1.0}, ValueError, "wrt must be one of"),
-    ({"op": "layer_norm_backward", "wrt": "x"}, TypeError, "needs dy="),
-    ({"wrt": "x"}, TypeError, "wrt= is for the backward ops"),
-])
+@pytest.mark.parametrize(
+    "kw, error, match",
+    [
+        ({"kernels": ("twopass",)}, ValueError, "kernels must name some of two_pass"),
+        ({"kernels": "two-pass"}, ValueError, "kernels must name"),
+        ({"op": "layernorm"}, ValueError, "op must be one of"),
+        ({"metric": "ulps"}, ValueError, "metric must be"),
+        ({"op": "layer_norm_backward", "wrt": "w", "dy": 1.0}, ValueError, "wrt must be one of"),
+        ({"op": "layer_norm_backward", "wrt": "x"}, TypeError, "needs dy="),
+        ({"wrt": "x"}, TypeError, "wrt= is for the backward ops"),
+    ],
+)
 def test_the_calls_names_are_checked_before_any_array_is_read(kw, error, match):
     not_an_array = object()  # reading it would raise a TypeError of its own
     with pytest.raises(error, match=match):

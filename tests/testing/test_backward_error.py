@@ -116,7 +116,11 @@ def family(name, n, d, dt):
 def reference(op, x, g, gamma, eps, out, wrt):
     """(exact values, s, bound) of one gradient."""
     want = (lneps.layer_norm_backward if op == "layer_norm" else lneps.rms_norm_backward)(
-        x.astype(np.float64), g.astype(np.float64), None if gamma is None else gamma.astype(np.float64), eps=eps)
+        x.astype(np.float64),
+        g.astype(np.float64),
+        None if gamma is None else gamma.astype(np.float64),
+        eps=eps,
+    )
     want = np.asarray(getattr(want, wrt), dtype=np.float64)
     s = backward_scale(op, wrt, x=x, dy=g, gamma=gamma, eps=eps)
     return want, s, backward_bound(op, wrt, x=x, dy=g, gamma=gamma, eps=eps, dtype=out)
@@ -174,7 +178,12 @@ def test_defects_exceed_the_bound_where_they_show(defect):
     for out in (np.dtype(np.float32), np.dtype(np.float16), BF16):
         for d in DS:
             for op in ("layer_norm",) if defect == "mean16" else ("layer_norm", "rms_norm"):
-                x = family("small" if op == "rms_norm" and fam == "near-constant" else fam, rows_for(d), d, out)
+                x = family(
+                    "small" if op == "rms_norm" and fam == "near-constant" else fam,
+                    rows_for(d),
+                    d,
+                    out,
+                )
                 g = RNG.normal(size=x.shape).astype(out)
                 got = kernel(op, x, g, None, 1e-5, out, defect=defect)
                 r = ratio(got[0], reference(op, x, g, None, 1e-5, out, "x"), out)
@@ -193,7 +202,11 @@ def test_float64_output_with_float64_accumulation():
         plain = lneps.layer_norm_backward(x, g, gamma, eps=1e-5, compute_dtype=np.float64)
         r = ratio(plain.x, ref, np.dtype(np.float64))
         assert r <= 1.0
-        assert np.all(ref[2] >= 0.5) and ratio(lneps.layer_norm_backward(x, g, gamma, eps=1e-5).x, ref, np.dtype(np.float64)) <= 1
+        assert (
+            np.all(ref[2] >= 0.5)
+            and ratio(lneps.layer_norm_backward(x, g, gamma, eps=1e-5).x, ref, np.dtype(np.float64))
+            <= 1
+        )
 
 
 def test_bound_is_tight_enough_to_matter():
@@ -205,7 +218,10 @@ def test_bound_is_tight_enough_to_matter():
         b = backward_bound("layer_norm", "x", x=x, dy=g, eps=1e-5)
         assert 0.5 * d < np.median(b) < 2 * d + 40
         for dt in (np.float16, BF16):
-            assert np.max(backward_bound("layer_norm", "x", x=x.astype(dt), dy=g.astype(dt), eps=1e-5)) < 1.5
+            assert (
+                np.max(backward_bound("layer_norm", "x", x=x.astype(dt), dy=g.astype(dt), eps=1e-5))
+                < 1.5
+            )
         assert np.max(backward_bound("layer_norm", "beta", x=x, dy=g, eps=1e-5)) < 4
 
 
@@ -218,13 +234,20 @@ def test_scale_and_shapes():
     v = xm - xm.mean(-1, keepdims=True)
     r = 1 / np.sqrt((v * v).mean(-1, keepdims=True) + 1e-5)
     u = v * r
-    want = r * (np.abs(gm) + np.abs(gm).mean(-1, keepdims=True) + np.abs(u) * np.abs(gm * u).mean(-1, keepdims=True))
+    want = r * (
+        np.abs(gm)
+        + np.abs(gm).mean(-1, keepdims=True)
+        + np.abs(u) * np.abs(gm * u).mean(-1, keepdims=True)
+    )
     np.testing.assert_allclose(np.moveaxis(s, 1, -1), want, rtol=1e-12)
     assert backward_bound("layer_norm", "x", x=x, dy=g, eps=1e-5, axis=1).shape == x.shape
     for wrt in ("gamma", "beta"):
         assert backward_bound("layer_norm", wrt, x=x, dy=g, eps=1e-5, axis=1).shape == (5,)
-    np.testing.assert_allclose(backward_scale("layer_norm", "beta", x=x, dy=g, eps=1e-5, axis=1),
-                               np.abs(gm).reshape(-1, 5).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(
+        backward_scale("layer_norm", "beta", x=x, dy=g, eps=1e-5, axis=1),
+        np.abs(gm).reshape(-1, 5).sum(0),
+        rtol=1e-12,
+    )
     bad = x.copy()
     bad[0, 0, 0] = np.nan
     assert np.isinf(backward_bound("layer_norm", "x", x=bad, dy=g, eps=1e-5, axis=1)[0, :, 0]).all()

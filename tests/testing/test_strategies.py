@@ -47,14 +47,19 @@ def test_shapes_and_formats(dtype):
 
 
 def test_rms_norm_inputs_have_no_beta():
-    x, g = find(rms_norm_inputs(np.float32, 5), lambda v: v[1] is not None, settings=settings(database=None))
+    x, g = find(
+        rms_norm_inputs(np.float32, 5), lambda v: v[1] is not None, settings=settings(database=None)
+    )
     assert x.shape[1] == 5 and g.shape == (5,)
 
 
 def test_a_failure_shrinks_to_a_constant_row():
     # the kernel without epsilon fails on a constant row (0/0); Hypothesis finds it and shrinks it
-    x, g, b = find(layer_norm_inputs(np.float16, 16), lambda v: _fails(*v),
-                   settings=settings(database=None, max_examples=2000))
+    x, g, b = find(
+        layer_norm_inputs(np.float16, 16),
+        lambda v: _fails(*v),
+        settings=settings(database=None, max_examples=2000),
+    )
     assert x.shape[0] == 1 and np.all(x == x[0, 0])
     assert g is None and b is None
 
@@ -64,8 +69,15 @@ def test_a_correct_kernel_is_never_flagged():
     @given(layer_norm_inputs(np.float32, 33))
     def check(inputs):
         x, g, b = inputs
-        lt.assert_close(lneps.layer_norm(x, g, b, eps=1e-5), x=x, gamma=g, beta=b, eps=1e-5, max_ulp=0.5,
-                        metric="ulp")
+        lt.assert_close(
+            lneps.layer_norm(x, g, b, eps=1e-5),
+            x=x,
+            gamma=g,
+            beta=b,
+            eps=1e-5,
+            max_ulp=0.5,
+            metric="ulp",
+        )
 
     check()
 
@@ -89,8 +101,11 @@ def test_d_is_drawn_and_shrinks_to_its_least():
 
     check()
     assert len(seen) > 5 and max(seen) > 256  # long rows, drawn from a seed, among them
-    x, g = find(rms_norm_inputs(np.float32, (3, 600)), lambda v: v[0].shape[1] > 300,
-                settings=settings(database=None))
+    x, g = find(
+        rms_norm_inputs(np.float32, (3, 600)),
+        lambda v: v[0].shape[1] > 300,
+        settings=settings(database=None),
+    )
     assert x.shape[1] == 301 and x.shape[0] == 1
 
 
@@ -105,8 +120,11 @@ def test_enough_rows_to_catch_the_d_minus_1_variance_at_d_4096():
             return True
         return False
 
-    x, g, b = find(layer_norm_inputs(np.float32, 4096), caught,
-                   settings=settings(database=None, max_examples=60, derandomize=True))
+    x, g, b = find(
+        layer_norm_inputs(np.float32, 4096),
+        caught,
+        settings=settings(database=None, max_examples=60, derandomize=True),
+    )
     assert 8 <= x.shape[0] <= 64
 
 

@@ -56,7 +56,11 @@ def test_eps_ignored_or_too_small_is_named():
     r = _run(kz.eps_ignored, x)
     assert r.verdict == "fail" and r.suspect == "eps ignored"
     r = _run(kz.eps_tenth, x)
-    assert r.verdict == "fail" and r.suspect.startswith("eps of about ") and r.suspect.endswith("used for 1e-05")
+    assert (
+        r.verdict == "fail"
+        and r.suspect.startswith("eps of about ")
+        and r.suspect.endswith("used for 1e-05")
+    )
     assert 0.8e-6 < float(r.suspect.split()[3]) < 1.2e-6
 
 
@@ -79,8 +83,13 @@ def test_correct_kernels_never_come_near_the_threshold_over_many_draws():
             fams = families(dt, d, rows=32, seed=seed)
             for name in ("normal", "cancelling_beta", "wide_range"):
                 x, g, b = fams[name]
-                for fn in (kz.two_pass_sequential, kz.welford_sequential, kz.welford_chan_pytorch,
-                           kz.one_pass_float64, kz.affine_fma):
+                for fn in (
+                    kz.two_pass_sequential,
+                    kz.welford_sequential,
+                    kz.welford_chan_pytorch,
+                    kz.one_pass_float64,
+                    kz.affine_fma,
+                ):
                     r = _run(fn, x, gamma=g, beta=b)
                     assert r.verdict != "fail", (seed, name, fn.__name__)
                     if r.verdict == "pass":

@@ -120,8 +120,11 @@ def test_a_flipped_element_is_the_worst(dtype):
     y = lneps.layer_norm(x)
     i, j = map(int, np.argwhere(np.abs(y.astype(np.float64)) >= 1)[7])
     bad = y.copy()
-    bad[i, j] = np.nextafter(bad[i, j], bad[i, j] * 2) if dtype != BF16 else (
-        (bad[i, j].view(np.uint16) + 1).view(BF16))  # away from 0
+    bad[i, j] = (
+        np.nextafter(bad[i, j], bad[i, j] * 2)
+        if dtype != BF16
+        else ((bad[i, j].view(np.uint16) + 1).view(BF16))
+    )  # away from 0
     report = compare(bad, x=x, eps=1e-5)
     assert report.worst_index == report.worst_ulp_index == (i, j)
     assert report.correctly_rounded == (x.size - 1) / x.size
@@ -142,10 +145,17 @@ def test_the_scaled_metric_on_a_cancelled_output():
     # ulp(2^-11) = 2^-21 in float16, ulp(max(2^-11, |gamma| = 1)) = 2^-10
     assert (report.max_ulp, report.max_ulp_scaled, report.max_abs) == (1024.0, 0.5, 2.0**-11)
     assert report.correctly_rounded == 0.5 and report.exact_zero == 0
-    assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=4.0).max_ulp_scaled == 0.125  # ulp(4) = 2^-8
+    assert (
+        compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=4.0).max_ulp_scaled == 0.125
+    )  # ulp(4) = 2^-8
     assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=0).max_ulp_scaled == 1024.0
-    assert compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=np.array([[4.0, 0.0]])).max_ulp_scaled == 0.125
-    assert compare(actual, x=x, gamma=1, beta=b, eps=0.0).max_ulp_scaled == 0.5  # a Python int gamma
+    assert (
+        compare(actual, x=x, gamma=g, beta=b, eps=0.0, scale=np.array([[4.0, 0.0]])).max_ulp_scaled
+        == 0.125
+    )
+    assert (
+        compare(actual, x=x, gamma=1, beta=b, eps=0.0).max_ulp_scaled == 0.5
+    )  # a Python int gamma
     assert_close(actual, x=x, gamma=g, beta=b, eps=0.0, max_ulp=1.0)  # within 1 ulp of |gamma u|
     with pytest.raises(AssertionError, match=r"1 of 2 elements exceed 1.0 ulp \(ulp metric"):
         assert_close(actual, x=x, gamma=g, beta=b, eps=0.0, metric="ulp", max_ulp=1.0)
@@ -158,7 +168,10 @@ def test_an_exact_zero_is_measured_in_subnormal_spacings():
     report = compare(actual, x=x, beta=b, eps=0.0)
     assert report.exact_zero == 1 and report.max_ulp == 1.0  # the smallest subnormal
     assert report.max_ulp_scaled == 2.0**-24 / 2.0**-10
-    assert compare(np.array([[-0.0, -1.0]], dtype=np.float16), x=x, beta=b, eps=0.0).correctly_rounded == 1.0
+    assert (
+        compare(np.array([[-0.0, -1.0]], dtype=np.float16), x=x, beta=b, eps=0.0).correctly_rounded
+        == 1.0
+    )
 
 
 def test_non_finite_outputs():
@@ -182,7 +195,12 @@ def test_rms_norm_uses_torchs_default_eps_for_x_dtype():
     x = np.full((1, 4), 2.0**-12, dtype=np.float16)
     y = lneps.rms_norm(x)
     assert abs(float(y[0, 0]) - 3**-0.5) < 1e-3
-    assert assert_close(y, x=x, op="rms_norm", max_ulp=0.5, metric="ulp", eps=DEFAULT).correctly_rounded == 1.0
+    assert (
+        assert_close(
+            y, x=x, op="rms_norm", max_ulp=0.5, metric="ulp", eps=DEFAULT
+        ).correctly_rounded
+        == 1.0
+    )
     with pytest.raises(AssertionError):
         assert_close(y, x=x, op="rms_norm", eps=2.0**-52, max_ulp=1.0)
 
@@ -192,11 +210,20 @@ def test_group_and_batch_norm_and_a_callable():
     x = rng.normal(size=(2, 6, 5)).astype(np.float32)
     g = np.linspace(0.5, 2, 6).astype(np.float32)
     y = lneps.group_norm(x, 3, g, g)
-    assert compare(y, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT).correctly_rounded == 1.0
+    assert (
+        compare(
+            y, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT
+        ).correctly_rounded
+        == 1.0
+    )
     bad = y.copy()
     bad[1, 4, 2] *= np.float32(1 + 2.0**-20)
-    with pytest.raises(AssertionError, match=r"index \(1, 4, 2\)[\s\S]*input row x\[1, 4:6, \.\.\.\]"):
-        assert_close(bad, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT, max_ulp=1.0)
+    with pytest.raises(
+        AssertionError, match=r"index \(1, 4, 2\)[\s\S]*input row x\[1, 4:6, \.\.\.\]"
+    ):
+        assert_close(
+            bad, x=x, op="group_norm", num_groups=3, gamma=g, beta=g, eps=DEFAULT, max_ulp=1.0
+        )
     # gamma scales the scaled metric per channel, as group_norm applies it
     report = compare(bad, x=x, op="group_norm", num_groups=3, gamma=g * 0 + 64, beta=g, eps=DEFAULT)
     assert report.max_ulp_scaled < report.max_ulp
@@ -206,12 +233,21 @@ def test_group_and_batch_norm_and_a_callable():
     assert compare(yb, x=t, op="batch_norm", gamma=gb, eps=DEFAULT).correctly_rounded == 1.0
     y0 = lneps.batch_norm(t)
     assert compare(y0, x=t, op="batch_norm", eps=DEFAULT).correctly_rounded == 1.0
-    assert compare(y0, x=t, op="batch_norm", axis=-1, eps=DEFAULT).correctly_rounded < 0.5  # normalizing rows instead
+    assert (
+        compare(y0, x=t, op="batch_norm", axis=-1, eps=DEFAULT).correctly_rounded < 0.5
+    )  # normalizing rows instead
     with pytest.raises(AssertionError, match=r"input row x\[:, \d\]"):
-        assert_close(yb + np.float16(0.01), x=t, op="batch_norm", gamma=gb, eps=DEFAULT, max_ulp=1.0)
+        assert_close(
+            yb + np.float16(0.01), x=t, op="batch_norm", gamma=gb, eps=DEFAULT, max_ulp=1.0
+        )
     rm, rv = np.float32([0.1, -0.2, 0.3]), np.float32([1.0, 0.5, 2.0])
     ye = lneps.batch_norm(t, training=False, running_mean=rm, running_var=rv)
-    assert compare(ye, x=t, op="batch_norm", training=False, running_mean=rm, running_var=rv, eps=DEFAULT).max_ulp <= 0.5
+    assert (
+        compare(
+            ye, x=t, op="batch_norm", training=False, running_mean=rm, running_var=rv, eps=DEFAULT
+        ).max_ulp
+        <= 0.5
+    )
 
     calls = []
 
@@ -243,7 +279,9 @@ def test_x_in_another_format_than_actual():
     x = np.array([[1 + 2.0**-20, -1 - 2.0**-20]], dtype=np.float32)
     g = np.array([1 + 2.0**-11, 1.0], dtype=np.float32)
     b = np.array([2.0**-60, 0.0], dtype=np.float32)
-    report = compare(np.array([[1 + 2.0**-10, -1.0]], dtype=np.float16), x=x, gamma=g, beta=b, eps=0.0)
+    report = compare(
+        np.array([[1 + 2.0**-10, -1.0]], dtype=np.float16), x=x, gamma=g, beta=b, eps=0.0
+    )
     assert report.uncertain == 1 and "uncertain" in str(report)
     assert oracle.layer_norm_rounded(x, g, b, eps=0.0, dtype=np.float16)[0, 0] == 1 + 2.0**-10
 
@@ -281,7 +319,11 @@ def test_bfloat16_lists_dlpack_and_array_objects():
 def test_torch_tensors():
     torch = pytest.importorskip("torch")
     x = families(np.float16, 16, rows=4)["offset"].x
-    for tdtype, ndtype in ((torch.float16, np.float16), (torch.bfloat16, BF16), (torch.float32, np.float32)):
+    for tdtype, ndtype in (
+        (torch.float16, np.float16),
+        (torch.bfloat16, BF16),
+        (torch.float32, np.float32),
+    ):
         xn = x.astype(ndtype)
         tx = torch.tensor(xn.astype(np.float32)).to(tdtype).requires_grad_(True)
         naive = torch.nn.functional.layer_norm(tx, (16,), eps=1e-5)
@@ -294,7 +336,10 @@ def test_torch_tensors():
 def test_jax_arrays():
     jnp = pytest.importorskip("jax.numpy")
     x = families(BF16, 16, rows=4)["normal"].x
-    assert compare(jnp.asarray(lneps.layer_norm(x)), x=jnp.asarray(x), eps=1e-5).correctly_rounded == 1.0
+    assert (
+        compare(jnp.asarray(lneps.layer_norm(x)), x=jnp.asarray(x), eps=1e-5).correctly_rounded
+        == 1.0
+    )
 
 
 def test_clear_errors():
@@ -337,13 +382,27 @@ def test_report():
     text = str(report)
     assert "layer_norm, float16, 16 elements: 100.00% correctly rounded (0 not)" in text
     assert re.search(r"worst 0\.\d+ ulp at \(\d, \d\)", text) and "exact zeros: 0" in text
-    assert repr(DEFAULT) == "<op's default>" and OPS == ("layer_norm", "rms_norm", "group_norm", "batch_norm",
-                                                       "layer_norm_backward", "rms_norm_backward")
+    assert repr(DEFAULT) == "<op's default>" and OPS == (
+        "layer_norm",
+        "rms_norm",
+        "group_norm",
+        "batch_norm",
+        "layer_norm_backward",
+        "rms_norm_backward",
+    )
 
 
 # --- families -------------------------------------------------------------------------------
 
-NAMES = ["normal", "offset", "near_constant", "constant", "wide_range", "midpoint", "cancelling_beta"]
+NAMES = [
+    "normal",
+    "offset",
+    "near_constant",
+    "constant",
+    "wide_range",
+    "midpoint",
+    "cancelling_beta",
+]
 
 
 @pytest.mark.parametrize("dtype", (*SMALL, np.float64), ids=str)
@@ -361,12 +420,16 @@ def test_family_shapes_dtypes_and_determinism(dtype):
         assert not np.array_equal(fam.x, other[name].x), name
         assert np.all(np.isfinite(fam.x.astype(np.float64))), name
     x = {k: v.x.astype(np.float64) for k, v in fams.items()}
-    assert np.all(x["constant"] == x["constant"][:, :1]) and np.unique(x["constant"][:, 0]).size == 10
+    assert (
+        np.all(x["constant"] == x["constant"][:, :1]) and np.unique(x["constant"][:, 0]).size == 10
+    )
     p = _p(dtype)
     off = np.abs(x["offset"].mean(axis=1))
     assert np.all(np.abs(off - 2.0 ** (p - 4)) < 2)
     nc = x["near_constant"]
-    steps = (nc - np.median(nc, axis=1, keepdims=True)) / lneps.formats.ulp(np.median(nc, axis=1, keepdims=True), dtype)
+    steps = (nc - np.median(nc, axis=1, keepdims=True)) / lneps.formats.ulp(
+        np.median(nc, axis=1, keepdims=True), dtype
+    )
     assert np.all(np.abs(steps) <= 6) and np.all(nc.max(axis=1) > nc.min(axis=1))
 
 
@@ -405,7 +468,9 @@ def test_midpoint_outputs_are_exact_ties(dtype):
             assert u in (1, -1)
             y = gj * u + bj
             h = _spacing(y, p, emin) / 2
-            assert (y / h).denominator == 1 and (y / h).numerator % 2 == 1  # an odd number of halves
+            assert (y / h).denominator == 1 and (
+                y / h
+            ).numerator % 2 == 1  # an odd number of halves
             # with eps > 0: |y_eps - y| = |gamma| (1 - |u_eps|) <= |gamma| eps / (c^2 + eps)
             assert abs(gj) * eps / (c * c + eps) < Fraction(2**11) * eps * h
 
@@ -416,7 +481,7 @@ def test_lneps_rounds_the_midpoint_ties_to_even(dtype):
     y = lneps.layer_norm(x, g, b, eps=0.0)
     report = assert_close(y, x=x, gamma=g, beta=b, eps=0.0, max_ulp=0.5, metric="ulp")
     assert np.all(report.ulp_error == 0.5)  # every element a tie
-    last_bit = (y.view(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32) & 1)
+    last_bit = y.view(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32) & 1
     assert np.all(last_bit == 0)
     odd = (2 * report.exact - report.reference).astype(dtype)  # the tie's other neighbour
     assert np.all(compare(odd, x=x, gamma=g, beta=b, eps=0.0).ulp_error == 0.5)
@@ -440,6 +505,8 @@ def test_odd_d_has_no_midpoint_family_and_bad_arguments():
 
 
 def test_importing_lneps_testing_imports_no_framework():
-    code = "import lneps.testing, sys; assert 'torch' not in sys.modules and 'jax' not in sys.modules"
+    code = (
+        "import lneps.testing, sys; assert 'torch' not in sys.modules and 'jax' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert lneps.testing is sys.modules["lneps.testing"]

@@ -62,8 +62,13 @@ def _two_pass(x, g, b, eps, total=_pairwise, rsqrt="div", reciprocal=False):
     return n.astype(x.dtype)
 
 
-VARIANTS = [(_pairwise, "div", False), (_sequential, "cr", True), (_sequential, "up", False),
-            (_pairwise, "down", True), (_sequential, "div", False)]
+VARIANTS = [
+    (_pairwise, "div", False),
+    (_sequential, "cr", True),
+    (_sequential, "up", False),
+    (_pairwise, "down", True),
+    (_sequential, "div", False),
+]
 
 
 @pytest.mark.parametrize("dtype", SMALL, ids=str)
@@ -78,8 +83,14 @@ def test_a_correct_two_pass_kernel_stays_within_the_bound(dtype, d, rows):
                 y = _two_pass(x, g, b, eps, total, rsqrt, reciprocal)
                 report = compare(y, x=x, gamma=g, beta=b, eps=eps)
                 over = report.exceeding(bound)
-                assert not over.any(), (name, eps, total.__name__, rsqrt, reciprocal,
-                                        float(np.max(report.scaled_error / bound)))
+                assert not over.any(), (
+                    name,
+                    eps,
+                    total.__name__,
+                    rsqrt,
+                    reciprocal,
+                    float(np.max(report.scaled_error / bound)),
+                )
 
 
 @pytest.mark.parametrize("dtype", (np.float16, BF16), ids=str)
@@ -128,7 +139,9 @@ def test_the_bound_is_capped_by_the_size_of_a_normalized_value():
     d, eps = 8, 1e-12
     x = np.full((3, d), [[60000.3], [1.1], [-7.7]], dtype=np.float32)
     bound = two_pass_bound(x, eps=eps)
-    cap = np.sqrt(d) * (1 + 2.0**-18) / 2.0**-23 + 1  # in ulp of 1 (y = 0, no gain), the roundings allowed
+    cap = (
+        np.sqrt(d) * (1 + 2.0**-18) / 2.0**-23 + 1
+    )  # in ulp of 1 (y = 0, no gain), the roundings allowed
     assert np.all(bound <= cap) and np.all(bound[0] > np.sqrt(d) / 2.0**-23)  # row 0: the cap binds
     seen = 0.0
     for total, rsqrt, reciprocal in VARIANTS:
@@ -160,7 +173,9 @@ def test_known_defects_exceed_the_bound():
     x = families(np.float16, 768, rows=8)["normal"].x
     xf = x.astype(F32)
     t = xf - xf.mean(axis=-1, keepdims=True, dtype=F32)
-    w = ((t * t).mean(axis=-1, keepdims=True, dtype=F32).astype(np.float16) + np.float16(1e-5)).astype(F32)
+    w = (
+        (t * t).mean(axis=-1, keepdims=True, dtype=F32).astype(np.float16) + np.float16(1e-5)
+    ).astype(F32)
     y = (t / np.sqrt(w)).astype(np.float16)
     assert compare(y, x=x, eps=1e-5).exceeding(two_pass_bound(x)).any()
     # the unbiased variance, wherever d is small enough for 1/(2d) to show
@@ -212,7 +227,21 @@ def test_the_readme_kernel_test_runs(tmp_path):
     match = re.search(r"<!-- readme-test: kernel -->\n```python\n(.*?)```", readme, re.S)
     assert match, "README.md has no block marked readme-test: kernel"
     (tmp_path / "test_my_layer_norm.py").write_text(match.group(1), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbval",
-                          str(tmp_path / "test_my_layer_norm.py")], capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:nbval",
+            str(tmp_path / "test_my_layer_norm.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "21 passed" in run.stdout

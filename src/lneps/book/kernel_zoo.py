@@ -31,6 +31,7 @@ LANES = 32
 
 # --- sums in float32 ------------------------------------------------------------------------
 
+
 def sequential_sum(a):
     """Left to right, each addition rounded to a's format: (rows, d) -> (rows, 1)."""
     acc = np.zeros(a.shape[0], a.dtype)
@@ -96,6 +97,7 @@ def _out(n, x):
 
 
 # --- correct layer-norm kernels -----------------------------------------------------------
+
 
 def two_pass_sequential(x, gamma=None, beta=None, eps=1e-5):
     """Two passes, each sum left to right in float32; 1/sqrt correctly rounded."""
@@ -183,7 +185,7 @@ def _warp_merge(parts, combine, xor=True):
     """Five rounds of shuffles over the 32 lanes, each lane combining itself with lane
     l ^ 2^k (a butterfly, PyTorch) or (l + 2^k) mod 32 (Apex); lane 0's result."""
     lanes = np.arange(LANES)
-    for k in (range(4, -1, -1) if xor else range(5)):
+    for k in range(4, -1, -1) if xor else range(5):
         src = lanes ^ (1 << k) if xor else (lanes + (1 << k)) % LANES
         parts = combine(parts, tuple(p[:, src] for p in parts))
     return tuple(p[:, :1] for p in parts)
@@ -257,6 +259,7 @@ def affine_fma(x, gamma=None, beta=None, eps=1e-5):
 
 # --- correct RMS-norm kernels -------------------------------------------------------------
 
+
 def _rms(x, gamma, eps, total, ulps=0):
     xf = x.astype(F32)
     ms = total(xf * xf) / F32(xf.shape[1])
@@ -279,6 +282,7 @@ def rms_rsqrt_2ulp(x, gamma=None, beta=None, eps=1e-5):
 
 
 # --- defective kernels --------------------------------------------------------------------
+
 
 def eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
     """Defect: t / (sqrt(var) + eps), eps added after the square root."""
@@ -307,7 +311,7 @@ def accumulate_16bit(x, gamma=None, beta=None, eps=1e-5):
     h = x.dtype if x.dtype.itemsize == 2 else BF16
     xh = x.astype(h)
     d = x.shape[1]
-    mu = (sequential_sum(xh).astype(F32) / F32(d))
+    mu = sequential_sum(xh).astype(F32) / F32(d)
     t = x.astype(F32) - mu
     var = sequential_sum((t * t).astype(h)).astype(F32) / F32(d)
     return _out(_affine(t * _rsqrt(var + F32(eps)), gamma, beta), x)
@@ -383,6 +387,7 @@ def rms_eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
 
 # --- the registry -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel of the zoo: ``fn(x, gamma, beta, eps)``; kind "correct" or "defective";
@@ -432,8 +437,15 @@ ZOO = (
 
 
 #: The chapter's table of families: the correct pairwise two-pass kernel and its six one-change defects.
-CHAPTER = ("two-pass, pairwise sums", "one pass in float32", "all in the input format", "eps after rounding",
-           "affine in the input format", "unbiased (d - 1) variance", "eps / 10")
+CHAPTER = (
+    "two-pass, pairwise sums",
+    "one pass in float32",
+    "all in the input format",
+    "eps after rounding",
+    "affine in the input format",
+    "unbiased (d - 1) variance",
+    "eps / 10",
+)
 
 
 def by_name(name):

@@ -88,20 +88,43 @@ def grade_case(kernel, case):
         ratio = np.where(err == 0, 0.0, err / case.bound)
     over = err > case.bound
     sb = case.test.check(a)
-    return dict(ratio=float(np.nanmax(ratio)) if ratio.size else 0.0, bound=bool(over.any()),
-                systematic=sb.verdict == "fail", scale=sb)
+    return dict(
+        ratio=float(np.nanmax(ratio)) if ratio.size else 0.0,
+        bound=bool(over.any()),
+        systematic=sb.verdict == "fail",
+        scale=sb,
+    )
 
 
-def grade(dtypes=(np.float16, BF16, np.float32), ds=(8, 64, 768, 4096), eps_values=(1e-5, 1e-12),
-          families=None, rows=16, zoo=ZOO, seed=0):
+def grade(
+    dtypes=(np.float16, BF16, np.float32),
+    ds=(8, 64, 768, 4096),
+    eps_values=(1e-5, 1e-12),
+    families=None,
+    rows=16,
+    zoo=ZOO,
+    seed=0,
+):
     """Grade every kernel of ``zoo`` on every case of the grid (its op; the families of
     :func:`lneps.testing.families`, all by default): a list of dicts, one per kernel, with
     name, kind, op, ``passed`` (neither check fired anywhere), ``worst_ratio`` (the largest
     error-to-bound ratio), ``caught_by`` ("bound", "systematic", both, or "" if neither) and
     ``cases``/``caught`` (how many cases, how many caught), and ``suspects`` (the systematic
     test's suspects, most frequent first)."""
-    out = {k.name: dict(name=k.name, kind=k.kind, op=k.op, cases=0, caught=0, worst_ratio=0.0,
-                        bound=0, systematic=0, suspects={}) for k in zoo}
+    out = {
+        k.name: dict(
+            name=k.name,
+            kind=k.kind,
+            op=k.op,
+            cases=0,
+            caught=0,
+            worst_ratio=0.0,
+            bound=0,
+            systematic=0,
+            suspects={},
+        )
+        for k in zoo
+    }
     for op in sorted({k.op for k in zoo}):
         for dt in dtypes:
             for d in ds:
@@ -122,7 +145,9 @@ def grade(dtypes=(np.float16, BF16, np.float32), ds=(8, 64, 768, 4096), eps_valu
                             row["systematic"] += g["systematic"]
                             row["caught"] += g["bound"] or g["systematic"]
                             if g["scale"].suspect:
-                                row["suspects"][g["scale"].suspect] = row["suspects"].get(g["scale"].suspect, 0) + 1
+                                row["suspects"][g["scale"].suspect] = (
+                                    row["suspects"].get(g["scale"].suspect, 0) + 1
+                                )
     rows_out = []
     for row in out.values():
         by = [n for n in ("bound", "systematic") if row[n]]
@@ -139,9 +164,17 @@ def table_text(rows):
     body = []
     for r in rows:
         caught = ", ".join(f"{n} {r[n]}" for n in ("bound", "systematic") if r[n])
-        body.append([r["name"], r["kind"], r["op"], f"{r['worst_ratio']:.3g}",
-                     "pass" if r["passed"] else f"caught {r['caught']}/{r['cases']}", caught or "-",
-                     (r["suspects"][0] if r["suspects"] else "")])
+        body.append(
+            [
+                r["name"],
+                r["kind"],
+                r["op"],
+                f"{r['worst_ratio']:.3g}",
+                "pass" if r["passed"] else f"caught {r['caught']}/{r['cases']}",
+                caught or "-",
+                (r["suspects"][0] if r["suspects"] else ""),
+            ]
+        )
     widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths))]
     lines.append("  ".join("-" * w for w in widths))

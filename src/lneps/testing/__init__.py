@@ -59,7 +59,23 @@ DEFAULT = DEFAULT
 #: The classes of correct kernels :func:`forward_bound` covers, each with its own error analysis.
 KERNEL_CLASSES = KERNEL_CLASSES
 
-__all__ = ["OPS", "WRT", "DEFAULT", "Report", "compare", "assert_close", "default_tolerance", "scaled_error",
-           "forward_bound",
-           "KERNEL_CLASSES", "scale_bias", "ScaleBias", "ScaleTest", "two_pass_bound", "backward_bound",
-           "backward_scale", "Family", "families"]
+__all__ = [
+    "OPS",
+    "WRT",
+    "DEFAULT",
+    "Report",
+    "compare",
+    "assert_close",
+    "default_tolerance",
+    "scaled_error",
+    "forward_bound",
+    "KERNEL_CLASSES",
+    "scale_bias",
+    "ScaleBias",
+    "ScaleTest",
+    "two_pass_bound",
+    "backward_bound",
+    "backward_scale",
+    "Family",
+    "families",
+]

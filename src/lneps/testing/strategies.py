@@ -35,7 +35,9 @@ try:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError('lneps.testing.strategies needs Hypothesis: pip install "lneps[hypothesis]"') from exc
+    raise ImportError(
+        'lneps.testing.strategies needs Hypothesis: pip install "lneps[hypothesis]"'
+    ) from exc
 
 from .._checks import check_float_dtype, check_positive_int
 from ..formats import DTYPES, format_of
@@ -58,7 +60,11 @@ _ELEMENTWISE = 256
 def _units(draw, rows, d):
     """Unit numbers in [-4, 4], as float32 so that every format can hold them after scaling."""
     if d <= _ELEMENTWISE:
-        return draw(hnp.arrays(np.float32, (rows, d), elements=st.floats(-4, 4, width=32, allow_subnormal=False)))
+        return draw(
+            hnp.arrays(
+                np.float32, (rows, d), elements=st.floats(-4, 4, width=32, allow_subnormal=False)
+            )
+        )
     seed, bits = draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, 12))
     w = np.clip(np.random.default_rng(seed).normal(size=(rows, d)), -4, 4)
     return (np.round(np.ldexp(w, bits)) / 2.0**bits).astype(np.float32)
@@ -88,7 +94,9 @@ def _rows(draw, dt, d, rows):
     rows = draw(st.integers(*rows))
     # the centre: 0, ordinary, or offset far above the spread (the cancellation families)
     exponent = draw(st.integers(0, p + 2))
-    centre = draw(st.sampled_from([0.0, 1.0, -1.0])) * 2.0 ** exponent * (1 + draw(st.integers(0, 7)) / 8)
+    centre = (
+        draw(st.sampled_from([0.0, 1.0, -1.0])) * 2.0**exponent * (1 + draw(st.integers(0, 7)) / 8)
+    )
     # the spread: 2^k times unit numbers; k below -p makes near-constant rows, a zero unit row a constant one
     k = draw(st.integers(-p - 2, 4))
     w = _units(draw, rows, d).astype(np.float64)
@@ -99,8 +107,14 @@ def _rows(draw, dt, d, rows):
 
 
 def _params(dt, d, draw):
-    return draw(st.one_of(st.none(), hnp.arrays(np.float32, (d,), elements=st.floats(-4, 4, width=32))
-                          .map(lambda a: a.astype(dt))))
+    return draw(
+        st.one_of(
+            st.none(),
+            hnp.arrays(np.float32, (d,), elements=st.floats(-4, 4, width=32)).map(
+                lambda a: a.astype(dt)
+            ),
+        )
+    )
 
 
 def layer_norm_inputs(dtype, d, *, min_rows=1, max_rows=64):

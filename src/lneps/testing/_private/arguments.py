@@ -21,7 +21,14 @@ from ... import norms
 from ..._checks import as_float_array
 from ...formats import DTYPES
 
-OPS = ("layer_norm", "rms_norm", "group_norm", "batch_norm", "layer_norm_backward", "rms_norm_backward")
+OPS = (
+    "layer_norm",
+    "rms_norm",
+    "group_norm",
+    "batch_norm",
+    "layer_norm_backward",
+    "rms_norm_backward",
+)
 #: The gradients each backward op has, by ``wrt=``.
 WRT = {"layer_norm_backward": ("x", "gamma", "beta"), "rms_norm_backward": ("x", "gamma")}
 
@@ -62,7 +69,8 @@ def call_error(fname: str, args: tuple) -> TypeError:
         f"{fname}() takes the kernel's output as its only positional argument, and {len(args)} more "
         f"were given; pass the kernel's input by keyword: {fname}(actual, x=x, eps=...). "
         f"lneps computes the expected values itself, so a second argument is not an expected output "
-        f"as in numpy.testing or torch.testing.")
+        f"as in numpy.testing or torch.testing."
+    )
 
 
 def keyword_call(func):
@@ -80,13 +88,17 @@ def keyword_call(func):
         if len(args) > 1:
             raise call_error(fname, args[1:])
         if not args:
-            raise TypeError(f"{fname}() needs the kernel's output as its one positional argument: "
-                            f"{fname}(actual, x=x, eps=...)")
+            raise TypeError(
+                f"{fname}() needs the kernel's output as its one positional argument: "
+                f"{fname}(actual, x=x, eps=...)"
+            )
         if "x" not in kwargs:
             raise TypeError(f"{fname}() needs the kernel's input: {fname}(actual, x=x, eps=...)")
         if "eps" not in kwargs:
-            raise TypeError(f"{fname}() needs eps=, the epsilon the kernel used (or "
-                            f"eps=lneps.testing.DEFAULT for the op's own default)")
+            raise TypeError(
+                f"{fname}() needs eps=, the epsilon the kernel used (or "
+                f"eps=lneps.testing.DEFAULT for the op's own default)"
+            )
         return func(args[0], **kwargs)
 
     return call
@@ -106,14 +118,18 @@ def check_op(op, wrt, dy, fname):
         raise ValueError(f"op must be one of {', '.join(OPS)} or a callable; got {op!r}")
     if isinstance(op, str) and op in WRT:
         if wrt not in WRT[op]:
-            raise ValueError(f"wrt must be one of {', '.join(map(repr, WRT[op]))} for {op}; got {wrt!r}")
+            raise ValueError(
+                f"wrt must be one of {', '.join(map(repr, WRT[op]))} for {op}; got {wrt!r}"
+            )
         if dy is None:
             raise TypeError(f"{fname}(op={op!r}) needs dy=, the upstream gradient")
         return
     for v, name in ((dy, "dy"), (wrt, "wrt")):
         if v is not None:
-            raise TypeError(f"{name}= is for the backward ops (layer_norm_backward, rms_norm_backward); "
-                            f"op is {op!r}")
+            raise TypeError(
+                f"{name}= is for the backward ops (layer_norm_backward, rms_norm_backward); "
+                f"op is {op!r}"
+            )
 
 
 def _op_keywords(op) -> tuple[set, bool]:
@@ -125,7 +141,9 @@ def _op_keywords(op) -> tuple[set, bool]:
         except (TypeError, ValueError):
             return set(), True
         any_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        return {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}, any_kw
+        return {
+            n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }, any_kw
     if isinstance(op, str) and op in ("layer_norm", "rms_norm", "group_norm", "batch_norm"):
         names = set(inspect.signature(getattr(norms, op)).parameters)
         return names - {"x", "gamma", "beta", "eps", "axis"}, False
@@ -138,13 +156,18 @@ def check_keywords(fname: str, op, kwargs: dict, own: tuple) -> dict:
     unknown = [k for k in kwargs if k not in extra]
     if unknown and not any_kw:
         k = unknown[0]
-        hint = _HINTS.get(k) or "".join(f"did you mean {m}=?" for m in
-                                         difflib.get_close_matches(k, [*own, *extra], n=1))
+        hint = _HINTS.get(k) or "".join(
+            f"did you mean {m}=?" for m in difflib.get_close_matches(k, [*own, *extra], n=1)
+        )
         opname = op if isinstance(op, str) else getattr(op, "__name__", "the op")
         takes = ", ".join(n + "=" for n in own)
         ops = sorted(extra - {"compute_dtype", "return_stats"})
-        raise TypeError(f"{fname}() got an unexpected keyword argument {k!r}" + (f" ({hint})" if hint else "")
-                        + f"; it takes {takes}" + (f", and {opname}'s " + ", ".join(n + "=" for n in ops) if ops else ""))
+        raise TypeError(
+            f"{fname}() got an unexpected keyword argument {k!r}"
+            + (f" ({hint})" if hint else "")
+            + f"; it takes {takes}"
+            + (f", and {opname}'s " + ", ".join(n + "=" for n in ops) if ops else "")
+        )
     return kwargs
 
 
@@ -153,10 +176,16 @@ def op_caller(op, x, g, b, eps, axis, kw):
     ``stats=True`` it also returns the op's statistics, where it has them); axis as resolved."""
     bad = sorted({"compute_dtype", "return_stats"} & set(kw))
     if bad:
-        raise ValueError(f"{bad} would change the reference; lneps.testing compares with the default")
+        raise ValueError(
+            f"{bad} would change the reference; lneps.testing compares with the default"
+        )
     if callable(op):
         ax, extra = (-1 if axis is DEFAULT else axis), ({} if eps is DEFAULT else {"eps": eps})
-        return (lambda z, stats=False: op(z, g, b, axis=ax, **extra, **kw)), ax, getattr(op, "__name__", repr(op))
+        return (
+            (lambda z, stats=False: op(z, g, b, axis=ax, **extra, **kw)),
+            ax,
+            getattr(op, "__name__", repr(op)),
+        )
     fn = getattr(norms, op)  # check_op has refused any other op
     params = inspect.signature(fn).parameters
     call = dict(kw, **({} if g is None else {"gamma": g}))
@@ -168,17 +197,24 @@ def op_caller(op, x, g, b, eps, axis, kw):
     if "axis" in params:
         ax = call["axis"] = params["axis"].default if axis is DEFAULT else axis
     elif axis is not DEFAULT:
-        raise ValueError(f"{op} takes no axis (it normalizes each group of channels); got axis={axis!r}")
+        raise ValueError(
+            f"{op} takes no axis (it normalizes each group of channels); got axis={axis!r}"
+        )
     default = params["eps"].default
-    call["eps"] = eps if eps is not DEFAULT else (norms.rms_norm_default_eps(x.dtype) if default is None else default)
+    call["eps"] = (
+        eps
+        if eps is not DEFAULT
+        else (norms.rms_norm_default_eps(x.dtype) if default is None else default)
+    )
 
     def f(z, stats=False):
         return fn(z, **call, return_stats=True) if stats else fn(z, **call)
 
     if op in ("layer_norm", "rms_norm") and not kw:
         kind = "layer" if op == "layer_norm" else "rms"
-        f.estimate = lambda z: norms._with_estimate(kind, z, call.get("gamma"), call.get("beta"), eps=call["eps"],
-                                                    axis=call["axis"])
+        f.estimate = lambda z: norms._with_estimate(
+            kind, z, call.get("gamma"), call.get("beta"), eps=call["eps"], axis=call["axis"]
+        )
     return f, ax, op
 
 
@@ -200,7 +236,11 @@ def as_numpy(a, name: str) -> np.ndarray:
         import torch  # only ever for a torch tensor
 
         t = a.detach().cpu()
-        arr = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+        arr = (
+            t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            if t.dtype == torch.bfloat16
+            else t.numpy()
+        )
     elif isinstance(a, np.ndarray) or mod.startswith("jax") or hasattr(a, "__array__"):
         arr = np.asarray(a)
     elif hasattr(a, "__dlpack__"):
@@ -221,8 +261,12 @@ def is_array(a) -> bool:
     """Whether ``a`` carries its own format: a NumPy, PyTorch or JAX array, or an ``__array__``
     or DLPack object (a Python list or number does not: NumPy would make it float64)."""
     mod = type(a).__module__
-    return (isinstance(a, (np.ndarray, np.generic)) or mod.startswith(("torch", "jax"))
-            or hasattr(a, "__array__") or hasattr(a, "__dlpack__"))
+    return (
+        isinstance(a, (np.ndarray, np.generic))
+        or mod.startswith(("torch", "jax"))
+        or hasattr(a, "__array__")
+        or hasattr(a, "__dlpack__")
+    )
 
 
 def output_array(actual, x, dtype, fname: str) -> np.ndarray:
@@ -232,9 +276,11 @@ def output_array(actual, x, dtype, fname: str) -> np.ndarray:
     if not is_array(actual):
         if dtype is None and is_array(x):
             kind = type(actual).__name__
-            raise TypeError(f"{fname}(): actual is a Python {kind}, not an array, so its format is unknown "
-                            f"(NumPy would read it as float64): pass the kernel's output as the array it "
-                            f"returned, or say its format with dtype= (e.g. dtype=np.float16)")
+            raise TypeError(
+                f"{fname}(): actual is a Python {kind}, not an array, so its format is unknown "
+                f"(NumPy would read it as float64): pass the kernel's output as the array it "
+                f"returned, or say its format with dtype= (e.g. dtype=np.float16)"
+            )
         if dtype is not None:
             return as_numpy(np.asarray(actual, dtype=dtype_of(dtype)), "actual")
     return as_numpy(actual, "actual")

@@ -23,8 +23,21 @@ from .grade_report import as_bound, over_bound, Summary
 _BLOCK_ELEMENTS = 1 << 18
 
 
-def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-1, dy=None, wrt=None,
-                      exact=None, stats=None, kernels=None):
+def default_tolerance(
+    op,
+    *,
+    x,
+    actual_dtype,
+    gamma=None,
+    beta=None,
+    eps,
+    axis=-1,
+    dy=None,
+    wrt=None,
+    exact=None,
+    stats=None,
+    kernels=None,
+):
     """The per-element bound, in the scaled metric, that every correct kernel of ``op`` with
     output format ``actual_dtype`` meets: :func:`lneps.testing.forward_bound` for the forward
     ops, :func:`lneps.testing.backward_bound` for the backward ones. ``ValueError`` for an op
@@ -35,21 +48,59 @@ def default_tolerance(op, *, x, actual_dtype, gamma=None, beta=None, eps, axis=-
         from .forward_error import forward_bound
         from .kernel_classes import KERNEL_CLASSES
 
-        return forward_bound(op, x=x, gamma=gamma, beta=beta, eps=eps, dtype=actual_dtype, axis=axis,
-                             exact=exact, stats=stats, kernels=KERNEL_CLASSES if kernels is None else kernels)
+        return forward_bound(
+            op,
+            x=x,
+            gamma=gamma,
+            beta=beta,
+            eps=eps,
+            dtype=actual_dtype,
+            axis=axis,
+            exact=exact,
+            stats=stats,
+            kernels=KERNEL_CLASSES if kernels is None else kernels,
+        )
     if op in WRT:
         from .backward_error import backward_bound
 
-        return backward_bound(op.removesuffix("_backward"), wrt, x=x, dy=dy, gamma=gamma, eps=eps,
-                              dtype=actual_dtype, axis=axis)
+        return backward_bound(
+            op.removesuffix("_backward"),
+            wrt,
+            x=x,
+            dy=dy,
+            gamma=gamma,
+            eps=eps,
+            dtype=actual_dtype,
+            axis=axis,
+        )
     name = op if isinstance(op, str) else getattr(op, "__name__", "a callable op")
-    raise ValueError(f"no derived tolerance for {name}: pass max_ulp= (a number, or one bound per element)")
+    raise ValueError(
+        f"no derived tolerance for {name}: pass max_ulp= (a number, or one bound per element)"
+    )
 
 
 @keyword_call
-def assert_close(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, max_ulp=None, kernels=None,
-                 metric="scaled", err_msg="", axis=DEFAULT, scale=None, dy=None, wrt=None, dtype=None,
-                 strict_dtype=False, **op_kwargs):
+def assert_close(
+    actual,
+    /,
+    *,
+    x,
+    eps,
+    op="layer_norm",
+    gamma=None,
+    beta=None,
+    max_ulp=None,
+    kernels=None,
+    metric="scaled",
+    err_msg="",
+    axis=DEFAULT,
+    scale=None,
+    dy=None,
+    wrt=None,
+    dtype=None,
+    strict_dtype=False,
+    **op_kwargs,
+):
     """Raise ``AssertionError`` unless ``actual``, a kernel's output, is as close to lneps as a
     correct kernel is; return the :class:`Report` otherwise.
 
@@ -110,9 +161,25 @@ def assert_close(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, m
     if metric not in ("scaled", "ulp"):
         raise ValueError(f"metric must be 'scaled' or 'ulp'; got {metric!r}")
     if max_ulp is None and metric != "scaled":
-        raise ValueError("the derived tolerance is in the scaled metric; pass max_ulp= with metric='ulp'")
-    call = read_call("assert_close", actual, x=x, eps=eps, op=op, gamma=gamma, beta=beta, axis=axis, scale=scale,
-                     dy=dy, wrt=wrt, dtype=dtype, op_kwargs=op_kwargs, own=own_keywords(assert_close))
+        raise ValueError(
+            "the derived tolerance is in the scaled metric; pass max_ulp= with metric='ulp'"
+        )
+    call = read_call(
+        "assert_close",
+        actual,
+        x=x,
+        eps=eps,
+        op=op,
+        gamma=gamma,
+        beta=beta,
+        axis=axis,
+        scale=scale,
+        dy=dy,
+        wrt=wrt,
+        dtype=dtype,
+        op_kwargs=op_kwargs,
+        own=own_keywords(assert_close),
+    )
     _check_format(call, strict_dtype)
     given = None if max_ulp is None else as_bound(max_ulp, call.a.shape)
     blocks = [None] if call.wrt is not None else blocks_of(call, _BLOCK_ELEMENTS)
@@ -125,7 +192,12 @@ def assert_close(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, m
         gr = call if rows is None else measure(call, rows, exact=False)
         err = gr.scaled if metric == "scaled" else gr.err
         test = None
-        if given is None and gr.wrt is None and gr.name in ("layer_norm", "rms_norm") and k in tested:
+        if (
+            given is None
+            and gr.wrt is None
+            and gr.name in ("layer_norm", "rms_norm")
+            and k in tested
+        ):
             test = _row_statistics(gr)
             rows_stats.append(test)
         need = None
@@ -151,7 +223,9 @@ def assert_close(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, m
     systematic = _decide(call, rows_stats) if rows_stats else None
     summary.exact(call)
     checked = "derived bound" if given is None else "max_ulp"
-    report = summary.report(call.name, call.dt, lambda: _arrays_of(call), scale_test=systematic, checked=checked)
+    report = summary.report(
+        call.name, call.dt, lambda: _arrays_of(call), scale_test=systematic, checked=checked
+    )
     if not over_count and (systematic is None or systematic.passed):
         return report
     if worst is None:  # only the test across rows failed: show the largest error of the block
@@ -160,14 +234,19 @@ def assert_close(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, m
         bound = as_bound(_tolerance(gr, kernels), err.shape)
         worst = (0.0, gr, err >= np.max(err), err, bound)
     _, gr, over, err, bound = worst
-    if getattr(gr, "delta", None) is not None:  # the message shows exact values: measure the block so
+    if (
+        getattr(gr, "delta", None) is not None
+    ):  # the message shows exact values: measure the block so
         gr = measure(call, gr.rows, exact=True)
         err = gr.scaled if metric == "scaled" else gr.err
         if given is None:
             bound = as_bound(_tolerance(gr, kernels), err.shape)
         over = over_bound(gr.a64, gr.r, err, bound, finite=gr.finite)
-    raise AssertionError(failure_text(gr, over, err, bound, metric, max_ulp, systematic, err_msg, over_count,
-                                  summary.n))
+    raise AssertionError(
+        failure_text(
+            gr, over, err, bound, metric, max_ulp, systematic, err_msg, over_count, summary.n
+        )
+    )
 
 
 def _check_format(call, strict):
@@ -175,17 +254,25 @@ def _check_format(call, strict):
     __tracebackhide__ = True
     if call.dtype_given is not None:
         if call.dt != call.dtype_given:
-            raise AssertionError(f"The kernel's output is {call.dt}, and dtype={call.dtype_given} was asked for: "
-                                 f"it stores its result in another format (a missing or extra cast)")
+            raise AssertionError(
+                f"The kernel's output is {call.dt}, and dtype={call.dtype_given} was asked for: "
+                f"it stores its result in another format (a missing or extra cast)"
+            )
         return
     if call.dt == call.x.dtype:
         return
-    text = (f"the kernel's output is {call.dt} and its input x is {call.x_dtype}: graded as a {call.dt} output "
-            f"(a kernel that should store {call.x_dtype} would pass as a {call.dt} one); pass "
-            f"dtype={call.dt.name} to state the format")
+    text = (
+        f"the kernel's output is {call.dt} and its input x is {call.x_dtype}: graded as a {call.dt} output "
+        f"(a kernel that should store {call.x_dtype} would pass as a {call.dt} one); pass "
+        f"dtype={call.dt.name} to state the format"
+    )
     if call.x_dtype == np.float64 and call.dt != np.float64:
-        text += (" (x holds numbers that are not all " + call.dt.name + ", so it is graded as a float64 input: "
-                 "the bound then assumes float64 accumulation; pass x in the format the kernel read)")
+        text += (
+            " (x holds numbers that are not all "
+            + call.dt.name
+            + ", so it is graded as a float64 input: "
+            "the bound then assumes float64 accumulation; pass x in the format the kernel read)"
+        )
     if strict:
         raise AssertionError(text[0].upper() + text[1:])
     warnings.warn(text, UserWarning, stacklevel=4)  # the caller of assert_close
@@ -206,7 +293,9 @@ def _tested_blocks(call, blocks):
         return set(range(n))
     rows_per_block = blocks[0].stop - (blocks[0].start or 0)
     per_row = call.a[0].size
-    need = max(-(-_TEST_ELEMENTS // max(rows_per_block * per_row, 1)), -(-_TEST_ROWS // rows_per_block))
+    need = max(
+        -(-_TEST_ELEMENTS // max(rows_per_block * per_row, 1)), -(-_TEST_ROWS // rows_per_block)
+    )
     if need >= n:
         return set(range(n))
     return set(int(i) for i in np.unique(np.round(np.linspace(0, n - 1, need))))
@@ -215,9 +304,20 @@ def _tested_blocks(call, blocks):
 # A measured block's derived bound. It stays beside default_tolerance: deferred_bound is handed it
 # (its tolerance=) rather than importing it, so that module does not import this one.
 def _tolerance(gr, kernels):
-    return default_tolerance(gr.op, x=gr.x, actual_dtype=gr.dt, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
-                             axis=-1 if gr.axis is None else gr.axis, dy=gr.dy, wrt=gr.wrt, exact=gr.e,
-                             stats=gr.stats, kernels=kernels)
+    return default_tolerance(
+        gr.op,
+        x=gr.x,
+        actual_dtype=gr.dt,
+        gamma=gr.gamma,
+        beta=gr.beta,
+        eps=gr.call_eps,
+        axis=-1 if gr.axis is None else gr.axis,
+        dy=gr.dy,
+        wrt=gr.wrt,
+        exact=gr.e,
+        stats=gr.stats,
+        kernels=kernels,
+    )
 
 
 def _arrays_of(call):
@@ -229,9 +329,19 @@ def _row_statistics(gr):
     """The test across rows on one block: a :class:`lneps.testing.ScaleTest`."""
     from .systematic import ScaleTest
 
-    test = ScaleTest(gr.name, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps,
-                     axis=-1 if gr.axis is None else gr.axis, dtype=gr.dt, exact=gr.e, stats=gr.stats, actual=gr.a64,
-                     block=max(gr.a.size, 1))
+    test = ScaleTest(
+        gr.name,
+        x=gr.x,
+        gamma=gr.gamma,
+        beta=gr.beta,
+        eps=gr.call_eps,
+        axis=-1 if gr.axis is None else gr.axis,
+        dtype=gr.dt,
+        exact=gr.e,
+        stats=gr.stats,
+        actual=gr.a64,
+        block=max(gr.a.size, 1),
+    )
     test._P = test._w = None  # only the per-row numbers are combined: keep no block's arrays
     return test
 

@@ -104,7 +104,9 @@ class _Rows:
         if op not in BACKWARD_OPS:
             raise ValueError(f"op must be one of {', '.join(BACKWARD_OPS)}; got {op!r}")
         if wrt not in BACKWARD_WRT or (op == "rms_norm" and wrt == "beta"):
-            raise ValueError(f"wrt must be 'x', 'gamma'{'' if op == 'rms_norm' else ' or beta'} for {op}; got {wrt!r}")
+            raise ValueError(
+                f"wrt must be 'x', 'gamma'{'' if op == 'rms_norm' else ' or beta'} for {op}; got {wrt!r}"
+            )
         xa = as_numpy(x, "x")
         ga = as_numpy(dy, "dy")
         if ga.shape != xa.shape:
@@ -129,7 +131,9 @@ class _Rows:
         if gam is not None:
             gam = gam.reshape(-1) if gam.size != 1 else np.full(self.d, gam.reshape(-1)[0])
             if gam.shape != (self.d,):
-                raise ValueError(f"gamma must be a scalar or hold d = {self.d} gains; got shape {np.shape(gamma)}")
+                raise ValueError(
+                    f"gamma must be a scalar or hold d = {self.d} gains; got shape {np.shape(gamma)}"
+                )
         self.gam = gam
         if not self.wide:
             for a, name in ((self.X, "x"), (self.G, "dy"), (gam, "gamma")):
@@ -137,10 +141,14 @@ class _Rows:
                     with np.errstate(over="ignore", invalid="ignore"):
                         same = np.array_equal(a.astype(acc).astype(np.float64), a, equal_nan=True)
                     if not same:
-                        raise ValueError(f"{name} has values that float32 cannot hold; the model accumulates in float32")
+                        raise ValueError(
+                            f"{name} has values that float32 cannot hold; the model accumulates in float32"
+                        )
         self.op, self.wrt = op, wrt
         self.layer = op == "layer_norm"
-        self.ghat = self.G if gam is None else self.G * gam[None, :]  # exact: 24-bit products in float64
+        self.ghat = (
+            self.G if gam is None else self.G * gam[None, :]
+        )  # exact: 24-bit products in float64
         with np.errstate(all="ignore"):
             if self.layer:
                 z, _, rstd = norms.layer_norm(self.X, eps=self.eps, axis=-1, return_stats=True)
@@ -231,28 +239,51 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
             mg = ag.mean(axis=1, keepdims=True) * sl
             mgu = (ag * au).mean(axis=1, keepdims=True) * sl
             dA = (gm(d + 1) * (1 + u) + u) * mg if rows.layer else 0.0
-            dB = ((ag * ((1 + u) * E + u * au)).mean(axis=1, keepdims=True)
-                  + gm(d + 2) * (1 + u) * (ag * (au + E)).mean(axis=1, keepdims=True)) * sl
+            dB = (
+                (ag * ((1 + u) * E + u * au)).mean(axis=1, keepdims=True)
+                + gm(d + 2) * (1 + u) * (ag * (au + E)).mean(axis=1, keepdims=True)
+            ) * sl
             A = mg if rows.layer else 0.0
-            delta = (u * ag + dA + E * (mgu + dB) + au * dB
-                     + gm(4) * ((1 + u) * ag + A + dA + (au + E) * (mgu + dB)))
+            delta = (
+                u * ag
+                + dA
+                + E * (mgu + dB)
+                + au * dB
+                + gm(4) * ((1 + u) * ag + A + dA + (au + E) * (mgu + dB))
+            )
             y = np.abs(rows.exact())
-            err = y * ((1 + R) * (1 + gm(2)) - 1) + r * (1 + R) * (1 + gm(2)) * delta + 8 * eta * (1 + r)
+            err = (
+                y * ((1 + R) * (1 + gm(2)) - 1)
+                + r * (1 + R) * (1 + gm(2)) * delta
+                + 8 * eta * (1 + r)
+            )
             if capped:
-                big = (1 + u) * ag + (N * N * (1 + gm(d + 2)) + ((1 + gm(d + 1)) if rows.layer else 0.0)) * (1 + u) * mg
+                big = (1 + u) * ag + (
+                    N * N * (1 + gm(d + 2)) + ((1 + gm(d + 1)) if rows.layer else 0.0)
+                ) * (1 + u) * mg
                 cap = y + r * (1 + R_lo) * (1 + gm(2)) * (1 + gm(4)) * big + 8 * eta * (1 + r)
                 err = np.fmin(err, cap)
-            risky = ((d * M > fmax) | (d * (1 / (r * r) + D * D / (r * r)) * 2 > fmax) | (r > fmax)
-                     | (d * ag.max(axis=1, keepdims=True) * N > fmax))
+            risky = (
+                (d * M > fmax)
+                | (d * (1 / (r * r) + D * D / (r * r)) * 2 > fmax)
+                | (r > fmax)
+                | (d * ag.max(axis=1, keepdims=True) * N > fmax)
+            )
         else:
             G = np.abs(rows.G)
             if rows.wrt == "gamma":
                 y = np.abs(rows.exact())
-                err = (G * ((1 + gm(n)) * (1 + u) * E + ((1 + u) * (1 + gm(n)) - 1) * au)).sum(axis=0) * sl
+                err = (G * ((1 + gm(n)) * (1 + u) * E + ((1 + u) * (1 + gm(n)) - 1) * au)).sum(
+                    axis=0
+                ) * sl
                 err = err + 8 * eta * n
                 if capped:
-                    err = np.fmin(err, y + (1 + gm(n)) * (1 + u) * N * G.sum(axis=0) * sl + 8 * eta * n)
-                risky = (n * N * G.max(axis=0, initial=0.0) > fmax) | np.any((d * M > fmax) | (r > fmax), axis=0)
+                    err = np.fmin(
+                        err, y + (1 + gm(n)) * (1 + u) * N * G.sum(axis=0) * sl + 8 * eta * n
+                    )
+                risky = (n * N * G.max(axis=0, initial=0.0) > fmax) | np.any(
+                    (d * M > fmax) | (r > fmax), axis=0
+                )
             else:
                 y = np.abs(rows.exact())
                 err = gm(max(n - 1, 0)) * G.sum(axis=0) * sl
@@ -262,11 +293,19 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
         if dt in (np.float16, FORMATS[1], np.float64):
             err = err + 0.5 * ulp((y + err) * (1 + 2.0**-50), dt)
         out = err / ulp(np.fmax(y, s), dt) * (1 + 2.0**-20)
-        finite = np.isfinite(rows.X).all(axis=1, keepdims=True) & np.isfinite(rows.G).all(axis=1, keepdims=True)
+        finite = np.isfinite(rows.X).all(axis=1, keepdims=True) & np.isfinite(rows.G).all(
+            axis=1, keepdims=True
+        )
         if rows.gam is not None:
             finite = finite & bool(np.isfinite(rows.gam).all())
         if rows.wrt != "x":
-            finite = np.broadcast_to(finite.all(axis=0), out.shape) if n else np.ones(out.shape, dtype=bool)
-        out = np.where(risky | ~finite | ~np.isfinite(out) | (y + err > format_of(dt).largest), np.inf, out)
+            finite = (
+                np.broadcast_to(finite.all(axis=0), out.shape)
+                if n
+                else np.ones(out.shape, dtype=bool)
+            )
+        out = np.where(
+            risky | ~finite | ~np.isfinite(out) | (y + err > format_of(dt).largest), np.inf, out
+        )
     out = np.asarray(out, dtype=np.float64)
     return rows.back(np.broadcast_to(out, (n, d)).copy()) if wrt == "x" else out

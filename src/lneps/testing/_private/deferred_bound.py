@@ -22,12 +22,19 @@ def floor_applies(gr, metric):
     scale, each index of axis 0 normalized on its own, gain and bias finite and the same for
     every one."""
     a = gr.a
-    if getattr(gr, "delta", None) is None or metric != "scaled" or gr.scale is not None or a.ndim < 2:
+    if (
+        getattr(gr, "delta", None) is None
+        or metric != "scaled"
+        or gr.scale is not None
+        or a.ndim < 2
+    ):
         return False
     if 0 in reduced_axes(-1 if gr.axis is None else gr.axis, a.ndim):
         return False
-    return all(p is None or ((p.ndim < a.ndim or p.shape[0] == 1) and bool(np.isfinite(p).all()))
-               for p in (gr.gamma, gr.beta))
+    return all(
+        p is None or ((p.ndim < a.ndim or p.shape[0] == 1) and bool(np.isfinite(p).all()))
+        for p in (gr.gamma, gr.beta)
+    )
 
 
 def floored(gr, kernels, test=None):
@@ -42,13 +49,28 @@ def floored(gr, kernels, test=None):
     kernels = KERNEL_CLASSES if kernels is None else kernels
     a, ax = gr.a, -1 if gr.axis is None else gr.axis
     abs_stats = None
-    if test is not None and gr.op == "layer_norm" and a.ndim == 2 and ax in (-1, 1):  # rows as the test's
+    if (
+        test is not None and gr.op == "layer_norm" and a.ndim == 2 and ax in (-1, 1)
+    ):  # rows as the test's
         abs_stats = (test.rows["M"], test.rows["X"])
-    floor = bound_floor(gr.op, x=gr.x, gamma=gr.gamma, beta=gr.beta, eps=gr.call_eps, dtype=gr.dt, axis=ax,
-                        exact=gr.e, stats=gr.stats, kernels=kernels, abs_stats=abs_stats)
+    floor = bound_floor(
+        gr.op,
+        x=gr.x,
+        gamma=gr.gamma,
+        beta=gr.beta,
+        eps=gr.call_eps,
+        dtype=gr.dt,
+        axis=ax,
+        exact=gr.e,
+        stats=gr.stats,
+        kernels=kernels,
+        abs_stats=abs_stats,
+    )
     lim = floor * gr.s  # gr.s: |gamma| placed as the op applies it (1 without a gain)
     with np.errstate(invalid="ignore"):
-        bad = gr.diff > lim - gr.delta  # lim is finite: the floor is, and so is gamma (floor_applies)
+        bad = (
+            gr.diff > lim - gr.delta
+        )  # lim is finite: the floor is, and so is gamma (floor_applies)
     bad &= gr.a64 != gr.r
     if bad.any():
         # The output's rounding: the bound's E is at least |gamma| F + min(ulp(|e|)/2, 2 |gamma| F)
@@ -60,7 +82,9 @@ def floored(gr, kernels, test=None):
         half *= 0.5
         lim_i = lim_i + np.fmin(half, 2 * lim_i)
         with np.errstate(invalid="ignore"):
-            bad[I] = ~((gr.diff[I] + np.broadcast_to(gr.delta, a.shape)[I]) <= lim_i * (1 - 2.0**-40))
+            bad[I] = ~(
+                (gr.diff[I] + np.broadcast_to(gr.delta, a.shape)[I]) <= lim_i * (1 - 2.0**-40)
+            )
     return np.flatnonzero(bad.reshape(a.shape[0], -1).any(axis=1))
 
 
@@ -73,7 +97,9 @@ def grade_pending(call, idx, metric, tolerance, tally):
     bound = as_bound(tolerance(gr), err.shape)
     if getattr(gr, "delta", None) is not None:
         err, bound = exact_near_bound(call, gr, err, bound, metric, None, tolerance)
-    tally.add(gr, over_bound(gr.a64, gr.r, err, bound, finite=getattr(gr, "finite", False)), err, bound)
+    tally.add(
+        gr, over_bound(gr.a64, gr.r, err, bound, finite=getattr(gr, "finite", False)), err, bound
+    )
 
 
 class Tally:
@@ -106,7 +132,9 @@ def exact_near_bound(call, gr, err, bound, metric, given, tolerance):
         window = gr.delta / ulp(base, gr.dt)
         window = window + np.multiply(bound, 2.0**-20)
         near = np.abs(err - bound) <= window
-        near &= np.isfinite(bound)  # an infinite bound (no bound for the row) has no edge to be near
+        near &= np.isfinite(
+            bound
+        )  # an infinite bound (no bound for the row) has no edge to be near
     if not near.any():
         return err, bound
     a = gr.a
@@ -125,8 +153,20 @@ def exact_near_bound(call, gr, err, bound, metric, given, tolerance):
     return (gr.scaled if metric == "scaled" else gr.err), bound
 
 
-def bound_floor(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exact, stats,
-                kernels=KERNEL_CLASSES, abs_stats=None) -> np.ndarray:
+def bound_floor(
+    op,
+    *,
+    x,
+    gamma=None,
+    beta=None,
+    eps,
+    dtype=None,
+    axis=-1,
+    exact,
+    stats,
+    kernels=KERNEL_CLASSES,
+    abs_stats=None,
+) -> np.ndarray:
     r"""Per row, a floor F under :func:`forward_bound` that costs no per-element arithmetic
     beyond :math:`\operatorname{mean}|x|` and :math:`\max|x|`: every element's bound, in the
     scaled metric, is at least :math:`|\gamma_i| F` (F without a gain) divided by the ulp

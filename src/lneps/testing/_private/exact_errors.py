@@ -36,7 +36,11 @@ def _reference(e, redo, x, dt):
     if not np.array_equal(xd.astype(np.float64), x.astype(np.float64), equal_nan=True):
         return r, mid
     exact = as_numpy(redo(xd), "the op's result")
-    exact = exact.astype(np.float64) if exact.dtype == dt else round_float64(exact.astype(np.float64), dt)
+    exact = (
+        exact.astype(np.float64)
+        if exact.dtype == dt
+        else round_float64(exact.astype(np.float64), dt)
+    )
     return np.where(mid, exact, r), np.zeros(e.shape, dtype=bool)
 
 
@@ -57,8 +61,10 @@ def _scale(scale, g, op, axis, shape):
     try:
         return np.broadcast_to(s, shape)
     except ValueError:
-        raise ValueError(f"{'scale' if scale is not None else '|gamma|'} of shape {s.shape} does not "
-                         f"broadcast to actual's shape {shape}; pass scale=") from None
+        raise ValueError(
+            f"{'scale' if scale is not None else '|gamma|'} of shape {s.shape} does not "
+            f"broadcast to actual's shape {shape}; pass scale="
+        ) from None
 
 
 def _compact(s):
@@ -76,7 +82,9 @@ def errors_of(a64, e, r, s, dt, r_finite=False):
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.subtract(a64, e)
         np.abs(diff, out=diff)
-        if np.isfinite(diff).all() and (r_finite or np.isfinite(r).all()):  # the usual case, in fewer passes
+        if np.isfinite(diff).all() and (
+            r_finite or np.isfinite(r).all()
+        ):  # the usual case, in fewer passes
             ue = ulp(e, dt)
             # ulp is monotone in |v|: ulp(max(|e|, s)) = max(ulp(e), ulp(s)), s's ulp on s's own shape
             scaled = np.maximum(ue, ulp(_compact(s), dt))
@@ -124,15 +132,32 @@ def measure_exact(call, rows=slice(None), xa=None, a=None):
         else:
             e = as_numpy(f(xa.astype(np.float64)), "the op's result").astype(np.float64)
         if e.shape != a.shape:
-            raise ValueError(f"actual has shape {call.a.shape} but the reference ({name} of x) has shape "
-                             f"{call.f(call.x.astype(np.float64)).shape if rows != slice(None) else e.shape}")
+            raise ValueError(
+                f"actual has shape {call.a.shape} but the reference ({name} of x) has shape "
+                f"{call.f(call.x.astype(np.float64)).shape if rows != slice(None) else e.shape}"
+            )
         r, uncertain = _reference(e, f, xa, dt)
     s = _scale(call.scale, call.gamma, call.op, call.axis, a.shape)
     a64 = a.astype(np.float64)
     diff, err, scaled, finite = errors_of(a64, e, r, s, dt)
-    return Graded(**{**call.__dict__, "a": a, "a64": a64, "e": e, "r": r, "uncertain": uncertain, "diff": diff,
-                      "err": err, "scaled": scaled, "x": xa, "stats": stats, "rows": rows, "delta": None,
-                      "finite": finite})
+    return Graded(
+        **{
+            **call.__dict__,
+            "a": a,
+            "a64": a64,
+            "e": e,
+            "r": r,
+            "uncertain": uncertain,
+            "diff": diff,
+            "err": err,
+            "scaled": scaled,
+            "x": xa,
+            "stats": stats,
+            "rows": rows,
+            "delta": None,
+            "finite": finite,
+        }
+    )
 
 
 def row_index(rows, n):
@@ -157,22 +182,50 @@ def grade_backward(op, wrt, a, xa, dy, g, b, eps, axis, scale, dt):
         return getattr(fn(z, grad, g, eps=eps, axis=ax), wrt)
 
     with np.errstate(over="ignore", invalid="ignore"):
-        e = as_numpy(f(xa.astype(np.float64), dy.astype(np.float64)), "the op's result").astype(np.float64)
+        e = as_numpy(f(xa.astype(np.float64), dy.astype(np.float64)), "the op's result").astype(
+            np.float64
+        )
         if e.shape != a.shape:
-            raise ValueError(f"actual has shape {a.shape} but the reference ({op}, wrt={wrt!r}) has shape {e.shape}")
+            raise ValueError(
+                f"actual has shape {a.shape} but the reference ({op}, wrt={wrt!r}) has shape {e.shape}"
+            )
         r, uncertain = _reference(e, lambda z: f(z, dy.astype(dt)), xa, dt)
     if scale is None:
         from .backward_error import backward_scale
 
-        s = backward_scale(op.removesuffix("_backward"), wrt, x=xa, dy=dy, gamma=g, eps=eps, axis=ax)
+        s = backward_scale(
+            op.removesuffix("_backward"), wrt, x=xa, dy=dy, gamma=g, eps=eps, axis=ax
+        )
     else:
         s = _scale(scale, None, op, ax, a.shape)
     a64 = a.astype(np.float64)
     diff, err, scaled, finite = errors_of(a64, e, r, np.broadcast_to(s, a.shape), dt)
-    return Graded(name=f"{op} (wrt={wrt})", op=op, a=a, a64=a64, e=e, r=r, uncertain=uncertain, diff=diff,
-                   finite=finite,
-                   err=err, scaled=scaled, dt=dt, x=xa, gamma=g, beta=b, eps=eps, axis=ax, kw={}, stats=None,
-                   call_eps=eps, wrt=wrt, dy=dy, rows=None, scale=scale)
+    return Graded(
+        name=f"{op} (wrt={wrt})",
+        op=op,
+        a=a,
+        a64=a64,
+        e=e,
+        r=r,
+        uncertain=uncertain,
+        diff=diff,
+        finite=finite,
+        err=err,
+        scaled=scaled,
+        dt=dt,
+        x=xa,
+        gamma=g,
+        beta=b,
+        eps=eps,
+        axis=ax,
+        kw={},
+        stats=None,
+        call_eps=eps,
+        wrt=wrt,
+        dy=dy,
+        rows=None,
+        scale=scale,
+    )
 
 
 _U = format_of(np.float64).u  # the estimate is float64
@@ -188,8 +241,13 @@ def measure(call, rows=slice(None), exact=True):
     about :math:`2^{-40}` relative, r still exact. ``gr.delta`` then bounds each element's
     distance to the exact value (0 where it is exact)."""
     xa, a = call.x[rows], call.a[rows]
-    if not exact and getattr(call.f, "estimate", None) is not None and xa.dtype in FAST_FORMATS \
-            and call.dt in FAST_FORMATS and xa.size:
+    if (
+        not exact
+        and getattr(call.f, "estimate", None) is not None
+        and xa.dtype in FAST_FORMATS
+        and call.dt in FAST_FORMATS
+        and xa.size
+    ):
         return _estimated(call, rows, xa, a)
     return measure_exact(call, rows, xa, a)
 
@@ -229,7 +287,9 @@ def _estimated(call, rows, xa, a):
         pow2 = (rd.view(f"u{dt.itemsize}") & fraction) == 0
         if pow2.any():
             P = np.nonzero(pow2)
-            undecided[P] |= np.abs(np.abs(e[P]) - np.abs(r[P])) <= np.broadcast_to(delta, a.shape)[P]
+            undecided[P] |= (
+                np.abs(np.abs(e[P]) - np.abs(r[P])) <= np.broadcast_to(delta, a.shape)[P]
+            )
     stats = (rstd,) if mean is None else (mean, rstd)
     if undecided.any():
         if a.ndim < 2 or 0 in reduced_axes(-1 if call.axis is None else call.axis, a.ndim):
@@ -244,9 +304,25 @@ def _estimated(call, rows, xa, a):
     # every r is finite when every |e| is below the format's largest number (ties round down to it)
     r_finite = bool(np.max(emax, initial=0.0) <= format_of(dt).largest)
     diff, err, scaled, finite = errors_of(a64, e, r, s, dt, r_finite=r_finite)
-    return Graded(**{**call.__dict__, "a": a, "a64": a64, "e": e, "r": r, "uncertain": np.zeros((), dtype=bool),
-                      "diff": diff, "err": err, "scaled": scaled, "x": xa, "stats": stats, "rows": rows,
-                      "delta": delta, "s": s, "finite": finite})
+    return Graded(
+        **{
+            **call.__dict__,
+            "a": a,
+            "a64": a64,
+            "e": e,
+            "r": r,
+            "uncertain": np.zeros((), dtype=bool),
+            "diff": diff,
+            "err": err,
+            "scaled": scaled,
+            "x": xa,
+            "stats": stats,
+            "rows": rows,
+            "delta": delta,
+            "s": s,
+            "finite": finite,
+        }
+    )
 
 
 def scaled_error(actual, *, exact, gamma=None, dtype=None):
@@ -272,4 +348,6 @@ def scaled_error(actual, *, exact, gamma=None, dtype=None):
     e = np.asarray(exact, dtype=np.float64)
     r = e if dt == np.float64 else round_float64(e, dt)
     s = 1.0 if gamma is None else np.abs(as_numpy(gamma, "gamma").astype(np.float64))
-    return errors_of(a.astype(np.float64), e, r, np.broadcast_to(s, a.shape) if np.ndim(s) else s, dt)[2]
+    return errors_of(
+        a.astype(np.float64), e, r, np.broadcast_to(s, a.shape) if np.ndim(s) else s, dt
+    )[2]

@@ -14,7 +14,7 @@ def _row_of(gr, idx, shown):
     if gr.name == "group_norm":  # the (sample, group) slice the element was normalized with
         width = xa.shape[1] // gr.kw["num_groups"]
         lo = idx[1] // width * width
-        return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo:lo + width].ravel()
+        return f"x[{shown[0]}, {lo}:{lo + width}, ...]", xa[idx[0], lo : lo + width].ravel()
     if gr.wrt in ("gamma", "beta"):
         return "x (every row contributes)", None
     from .arguments import reduced_axes
@@ -32,7 +32,11 @@ def _at(v, idx, shape):
     """v (None, a scalar or an array broadcasting to shape) at idx."""
     if v is None:
         return None
-    return float(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)[idx]) if np.ndim(v) else float(v)
+    return (
+        float(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)[idx])
+        if np.ndim(v)
+        else float(v)
+    )
 
 
 def _placed(p, gr):
@@ -56,12 +60,16 @@ def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
     """Known patterns, each named with its cause."""
     found = []
     if over_rows_constant_nan:
-        found.append("NaN on a constant row: epsilon missing (a constant row has variance 0, and "
-                     "(x - mean)/sqrt(0) is 0/0 without epsilon)")
+        found.append(
+            "NaN on a constant row: epsilon missing (a constant row has variance 0, and "
+            "(x - mean)/sqrt(0) is 0/0 without epsilon)"
+        )
     if constant_far:
-        found.append("a constant row's output far from beta: its normalized value is exactly 0, so the "
-                     "statistics were merged inexactly (a mean that is not exactly the row's constant, as a "
-                     "Welford or Chan merge or a fused multiply-add residue leaves it)")
+        found.append(
+            "a constant row's output far from beta: its normalized value is exactly 0, so the "
+            "statistics were merged inexactly (a mean that is not exactly the row's constant, as a "
+            "Welford or Chan merge or a fused multiply-add residue leaves it)"
+        )
     if systematic is not None and getattr(systematic, "suspect", None):
         found.append(systematic.suspect)
     return found
@@ -79,8 +87,11 @@ def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_ms
         off = (gr.rows.start or 0) if isinstance(gr.rows, slice) else 0
         shown = (idx[0] + off, *idx[1:]) if idx else idx  # the index into the whole of actual
     b_at = float(bound[idx]) if np.ndim(bound) else float(bound)
-    limit = (f"{max_ulp_given} ulp" if max_ulp_given is not None and not np.ndim(max_ulp_given)
-             else f"their bound (here {b_at:.6g} ulp)")
+    limit = (
+        f"{max_ulp_given} ulp"
+        if max_ulp_given is not None and not np.ndim(max_ulp_given)
+        else f"their bound (here {b_at:.6g} ulp)"
+    )
     where, row = _row_of(gr, idx, shown)
 
     def show(v):
@@ -89,54 +100,79 @@ def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_ms
 
     ratio = float(err[idx]) / b_at if b_at > 0 else np.inf
     if over_count:
-        lines = [f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
-                 f"worst at index {shown}:"]
+        lines = [
+            f"{over_count} of {n} elements exceed {limit} ({metric} metric; {gr.name}, {gr.dt})",
+            f"worst at index {shown}:",
+        ]
     else:
-        lines = [f"every element is within its bound, but the rows share a scale error that a correct "
-                 f"kernel's rounding cannot produce ({gr.name}, {gr.dt})", f"largest error at index {shown}:"]
+        lines = [
+            f"every element is within its bound, but the rows share a scale error that a correct "
+            f"kernel's rounding cannot produce ({gr.name}, {gr.dt})",
+            f"largest error at index {shown}:",
+        ]
     if row is not None:
-        lines.append(f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}")
+        lines.append(
+            f"  input row {where} = {np.array2string(row, threshold=16, edgeitems=4, max_line_width=100)}"
+        )
     if gr.stats is not None and gr.wrt is None:
         st = [np.broadcast_to(s, shape)[idx] for s in gr.stats]
         names = ("mean", "rstd") if len(st) == 2 else ("rstd",)
-        lines.append("  row's " + ", ".join(f"{n} {float(v):.10g}" for n, v in zip(names, st))
-                     + " (exact to the digits shown)")
+        lines.append(
+            "  row's "
+            + ", ".join(f"{n} {float(v):.10g}" for n, v in zip(names, st))
+            + " (exact to the digits shown)"
+        )
     ga, be = _at(_placed(gr.gamma, gr), idx, shape), _at(_placed(gr.beta, gr), idx, shape)
     if ga is not None or be is not None:
         shown_p = (("gamma", ga), ("beta", be)) if gr.wrt != "beta" else ()  # dβ involves neither
         if shown_p and any(v is not None for _, v in shown_p):
             lines.append("  " + ", ".join(f"{n} here {v!r}" for n, v in shown_p if v is not None))
-    lines += [f"  exact             {show(gr.e[idx])}",
-              f"  correctly rounded {show(gr.r[idx])}",
-              f"  actual            {show(gr.a64[idx])}",
-              f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
-              f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound"]
+    lines += [
+        f"  exact             {show(gr.e[idx])}",
+        f"  correctly rounded {show(gr.r[idx])}",
+        f"  actual            {show(gr.a64[idx])}",
+        f"  error             {gr.err[idx]:.6g} ulp, {gr.scaled[idx]:.6g} ulp scaled, "
+        f"abs {abs(gr.a64[idx] - gr.e[idx]):.6g}; {ratio:.3g} times the bound",
+    ]
     # the known patterns
     nan_const = far_const = zero_eps = False
     if gr.wrt is None and gr.name in ("layer_norm", "rms_norm", "group_norm") and row is not None:
         constant = row.size > 1 and np.all(row == row.ravel()[0])
         if constant and np.isnan(gr.a64[idx]) and np.isfinite(gr.e[idx]):
             nan_const = True
-        elif constant and gr.name != "rms_norm" and np.isfinite(gr.a64[idx]) and np.isfinite(gr.e[idx]):
+        elif (
+            constant
+            and gr.name != "rms_norm"
+            and np.isfinite(gr.a64[idx])
+            and np.isfinite(gr.e[idx])
+        ):
             far_const = True  # (where the exact answer is NaN, eps = 0, no merge is to blame)
         elif constant and np.isnan(gr.e[idx]) and np.isfinite(gr.a64[idx]):
             zero_eps = True
     found = _suspects(gr, idx, row, nan_const, far_const, systematic)
     if zero_eps:
-        found.append("a number where the exact answer is NaN: a constant row with eps = 0 is 0/0, and "
-                     "the kernel hides the division by zero (or was graded with the wrong eps=)")
+        found.append(
+            "a number where the exact answer is NaN: a constant row with eps = 0 is 0/0, and "
+            "the kernel hides the division by zero (or was graded with the wrong eps=)"
+        )
     if systematic is not None and not getattr(systematic, "passed", True):
         lines.append(f"  across rows: {systematic}")
     for s in found:
         lines.append(f"suspect: {s}")
     nd = gr.x.ndim
-    if (not getattr(gr, "axis_given", True) and nd > 2 and gr.name in ("layer_norm", "rms_norm")
-            and over_count * 2 > n):
+    if (
+        not getattr(gr, "axis_given", True)
+        and nd > 2
+        and gr.name in ("layer_norm", "rms_norm")
+        and over_count * 2 > n
+    ):
         # most elements off on an N-D input graded over its last axis alone: the likeliest cause
-        lines.append(f"note: x is {nd}-D and axis= was not given, so each slice along the last axis was "
-                     f"normalized on its own; a kernel that normalizes over more axes (torch's "
-                     f"normalized_shape of several dimensions) is graded with axis=, e.g. "
-                     f"axis={tuple(range(1, nd))}")
+        lines.append(
+            f"note: x is {nd}-D and axis= was not given, so each slice along the last axis was "
+            f"normalized on its own; a kernel that normalizes over more axes (torch's "
+            f"normalized_shape of several dimensions) is graded with axis=, e.g. "
+            f"axis={tuple(range(1, nd))}"
+        )
     if err_msg:
         lines.append(str(err_msg))
     return "\n".join(lines)

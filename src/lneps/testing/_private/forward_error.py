@@ -31,7 +31,17 @@ import numpy as np
 from ... import norms
 from ..._checks import check_axes, check_eps, check_float_dtype, check_param_shape
 from .arguments import FORMATS, as_numpy
-from .kernel_classes import ACC, KERNEL_CLASSES, check_kernels, evaluate, finish, Fmt, prune, row_stats, gamma_n
+from .kernel_classes import (
+    ACC,
+    KERNEL_CLASSES,
+    check_kernels,
+    evaluate,
+    finish,
+    Fmt,
+    prune,
+    row_stats,
+    gamma_n,
+)
 
 __all__ = ["forward_bound", "FORWARD_OPS"]
 
@@ -66,9 +76,13 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
             continue
         p = as_numpy(v, name).astype(np.float64)
         with np.errstate(over="ignore"):
-            if acc == 32 and not np.array_equal(p.astype(np.float32).astype(np.float64), p, equal_nan=True):
-                raise ValueError(f"{name} has values that float32 cannot hold; the model stores it in the "
-                                 "accumulation format")
+            if acc == 32 and not np.array_equal(
+                p.astype(np.float32).astype(np.float64), p, equal_nan=True
+            ):
+                raise ValueError(
+                    f"{name} has values that float32 cannot hold; the model stores it in the "
+                    "accumulation format"
+                )
         if p.ndim:
             p = check_param_shape(p, name, xa, axes, "normalized")
         params.append(p)
@@ -102,7 +116,9 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         raise ValueError(f"exact has shape {ex.shape}; x has shape {xa.shape}")
     if op == "layer_norm":
         if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
-            raise ValueError("stats for layer_norm is (mean, rstd), as layer_norm(..., return_stats=True) gives")
+            raise ValueError(
+                "stats for layer_norm is (mean, rstd), as layer_norm(..., return_stats=True) gives"
+            )
         mean, rstd = stats
         mean = stat_rows(mean)
     else:
@@ -110,23 +126,52 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         mean = None
     rstd = stat_rows(rstd)
     grow = None if g is None else (np.full((1, 1), float(g)) if g.ndim == 0 else g.reshape(1, d))
-    back_shape = tuple(xa.shape[k] for k in range(xa.ndim) if k not in axes) + tuple(xa.shape[a] for a in axes)
+    back_shape = tuple(xa.shape[k] for k in range(xa.ndim) if k not in axes) + tuple(
+        xa.shape[a] for a in axes
+    )
 
     def back(out2):
         return np.moveaxis(out2.reshape(back_shape), last, axes)
 
     eps_hat = float(np.asarray(e_, dtype=accdt))
-    return dict(xa=xa, x2=rows(xa), y2=rows(ex), rows=rows, mean=mean, rstd=rstd, g=grow, d=d, dt=np.dtype(dt), acc=acc,
-                axes=axes, kept=kept,
-                eps=e_, eps_hat=eps_hat, back=back, op=op)
+    return dict(
+        xa=xa,
+        x2=rows(xa),
+        y2=rows(ex),
+        rows=rows,
+        mean=mean,
+        rstd=rstd,
+        g=grow,
+        d=d,
+        dt=np.dtype(dt),
+        acc=acc,
+        axes=axes,
+        kept=kept,
+        eps=e_,
+        eps_hat=eps_hat,
+        back=back,
+        op=op,
+    )
 
 
 def block_rows(d, block):
     return max(1, int(block) // max(d, 1))
 
 
-def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exact=None, stats=None,
-                  kernels=KERNEL_CLASSES, block=1 << 16) -> np.ndarray:
+def forward_bound(
+    op,
+    *,
+    x,
+    gamma=None,
+    beta=None,
+    eps,
+    dtype=None,
+    axis=-1,
+    exact=None,
+    stats=None,
+    kernels=KERNEL_CLASSES,
+    block=1 << 16,
+) -> np.ndarray:
     r"""Per element, the largest scaled error a correct kernel of ``op`` can make in ``dtype``:
     the default tolerance of :func:`lneps.testing.assert_close`.
 
@@ -232,13 +277,15 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
             if op == "layer_norm":
                 var = q / (rstd * rstd)
                 dmu = info["D"] / rstd
-                risky = (d * M > A["big"] * (1 - 2.0**-20)) | \
-                    (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(2 * d + 8, u)) > A["big"] * (1 - 2.0**-20))
+                risky = (d * M > A["big"] * (1 - 2.0**-20)) | (
+                    d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(2 * d + 8, u))
+                    > A["big"] * (1 - 2.0**-20)
+                )
             else:
                 var = q / (rstd * rstd)
                 risky = d * var * (1 + gamma_n(d + 3, u)) > A["big"] * (1 - 2.0**-20)
             # the output could overflow: |y| + E beyond the format's largest (rare; rows first)
-            over = (ya.max(axis=1) + E.max(axis=1) > fmt.big)
+            over = ya.max(axis=1) + E.max(axis=1) > fmt.big
             if over.any():
                 E[over] = np.where(ya[over] + E[over] > fmt.big, np.inf, E[over])
             denom = np.fmax(ya, ag, out=ya) if ag is not None else np.fmax(ya, 1.0, out=ya)

@@ -27,7 +27,9 @@ def as_bound(max_ulp, shape):
     try:
         return np.broadcast_to(arr, shape)
     except ValueError:
-        raise ValueError(f"max_ulp of shape {arr.shape} does not broadcast to actual's shape {shape}") from None
+        raise ValueError(
+            f"max_ulp of shape {arr.shape} does not broadcast to actual's shape {shape}"
+        ) from None
 
 
 def over_bound(actual, reference, err, bound, finite=False):
@@ -117,8 +119,14 @@ class Report:
             return "\n".join(lines)
         lines.append(f"  checked: every element against the {self.checked}")
         if self.scale_test is None:
-            lines.append("  test across rows: not run" + (" (max_ulp= given: only that bound applies)"
-                                                          if self.checked == "max_ulp" else ""))
+            lines.append(
+                "  test across rows: not run"
+                + (
+                    " (max_ulp= given: only that bound applies)"
+                    if self.checked == "max_ulp"
+                    else ""
+                )
+            )
         else:
             lines.append("  " + self.scale_test.coverage())
         return "\n".join(lines)
@@ -128,13 +136,17 @@ class Report:
 
     def __str__(self):
         wrong = int((~self._same()).sum())
-        lines = [f"{self.op}, {self.dtype}, {self.n} elements: {self.correctly_rounded:.2%} correctly "
-                 f"rounded ({wrong} not)",
-                 f"  worst {self.max_ulp:.4g} ulp at {self.worst_ulp_index}; scaled {self.max_ulp_scaled:.4g} "
-                 f"ulp at {self.worst_index}; abs {self.max_abs:.4g}",
-                 f"  exact zeros: {self.exact_zero}"]
+        lines = [
+            f"{self.op}, {self.dtype}, {self.n} elements: {self.correctly_rounded:.2%} correctly "
+            f"rounded ({wrong} not)",
+            f"  worst {self.max_ulp:.4g} ulp at {self.worst_ulp_index}; scaled {self.max_ulp_scaled:.4g} "
+            f"ulp at {self.worst_index}; abs {self.max_abs:.4g}",
+            f"  exact zeros: {self.exact_zero}",
+        ]
         if self.uncertain:
-            lines.append(f"  {self.uncertain} correctly rounded values uncertain (x does not fit {self.dtype})")
+            lines.append(
+                f"  {self.uncertain} correctly rounded values uncertain (x does not fit {self.dtype})"
+            )
         return "\n".join(lines)
 
 
@@ -145,11 +157,20 @@ def make_report(name, a64, e, r, uncertain, err, scaled, diff, dt) -> Report:
         return tuple(int(i) for i in np.unravel_index(int(np.argmax(v)), v.shape)) if n else None
 
     same = (a64 == r) | (np.isnan(a64) & np.isnan(r))
-    return Report(op=name, dtype=dt, n=n, max_ulp=float(err.max()) if n else 0.0,
-                  max_ulp_scaled=float(scaled.max()) if n else 0.0, max_abs=float(diff.max()) if n else 0.0,
-                  correctly_rounded=float(same.mean()) if n else 1.0, exact_zero=int((e == 0).sum()),
-                  uncertain=int(uncertain.sum()), worst_index=worst(scaled), worst_ulp_index=worst(err),
-                  _arrays=(a64, e, r, err, scaled))
+    return Report(
+        op=name,
+        dtype=dt,
+        n=n,
+        max_ulp=float(err.max()) if n else 0.0,
+        max_ulp_scaled=float(scaled.max()) if n else 0.0,
+        max_abs=float(diff.max()) if n else 0.0,
+        correctly_rounded=float(same.mean()) if n else 1.0,
+        exact_zero=int((e == 0).sum()),
+        uncertain=int(uncertain.sum()),
+        worst_index=worst(scaled),
+        worst_ulp_index=worst(err),
+        _arrays=(a64, e, r, err, scaled),
+    )
 
 
 class Summary:
@@ -157,7 +178,11 @@ class Summary:
 
     def __init__(self):
         self.n = self.same = self.zero = self.uncertain = 0
-        self.worst = {"err": (-1.0, None, False), "scaled": (-1.0, None, False), "diff": (-1.0, None, False)}
+        self.worst = {
+            "err": (-1.0, None, False),
+            "scaled": (-1.0, None, False),
+            "diff": (-1.0, None, False),
+        }
 
     def add(self, gr):
         off = gr.rows.start or 0 if isinstance(gr.rows, slice) else 0
@@ -177,7 +202,11 @@ class Summary:
             i = int(np.argmax(v))
             if v.flat[i] > self.worst[key][0]:
                 idx = np.unravel_index(i, v.shape)
-                self.worst[key] = (float(v.flat[i]), (int(idx[0]) + off, *(int(j) for j in idx[1:])), estimated)
+                self.worst[key] = (
+                    float(v.flat[i]),
+                    (int(idx[0]) + off, *(int(j) for j in idx[1:])),
+                    estimated,
+                )
 
     def exact(self, call):
         """Re-measure exactly the elements found largest on the kernel's estimate."""
@@ -195,8 +224,19 @@ class Summary:
 
     def report(self, name, dt, arrays, scale_test=None, checked=None) -> Report:
         n = self.n
-        return Report(op=name, dtype=dt, n=n, max_ulp=max(self.worst["err"][0], 0.0),
-                      max_ulp_scaled=max(self.worst["scaled"][0], 0.0), max_abs=max(self.worst["diff"][0], 0.0),
-                      correctly_rounded=self.same / n if n else 1.0, exact_zero=self.zero,
-                      uncertain=self.uncertain, worst_index=self.worst["scaled"][1],
-                      worst_ulp_index=self.worst["err"][1], _arrays=arrays, scale_test=scale_test, checked=checked)
+        return Report(
+            op=name,
+            dtype=dt,
+            n=n,
+            max_ulp=max(self.worst["err"][0], 0.0),
+            max_ulp_scaled=max(self.worst["scaled"][0], 0.0),
+            max_abs=max(self.worst["diff"][0], 0.0),
+            correctly_rounded=self.same / n if n else 1.0,
+            exact_zero=self.zero,
+            uncertain=self.uncertain,
+            worst_index=self.worst["scaled"][1],
+            worst_ulp_index=self.worst["err"][1],
+            _arrays=arrays,
+            scale_test=scale_test,
+            checked=checked,
+        )

@@ -4,13 +4,26 @@ exactly (:mod:`.exact_errors`), and the :class:`Report` (:mod:`.grade_report`).
 
 from __future__ import annotations
 
-from .arguments import (DEFAULT, Graded, as_numpy, check_keywords, check_op, dtype_of, input_in_output_format,
-                        keyword_call, op_caller, output_array, own_keywords)
+from .arguments import (
+    DEFAULT,
+    Graded,
+    as_numpy,
+    check_keywords,
+    check_op,
+    dtype_of,
+    input_in_output_format,
+    keyword_call,
+    op_caller,
+    output_array,
+    own_keywords,
+)
 from .exact_errors import grade_backward, measure_exact
 from .grade_report import Report, make_report
 
 
-def read_call(fname, actual, *, x, eps, op, gamma, beta, axis, scale, dy, wrt, dtype, op_kwargs, own):
+def read_call(
+    fname, actual, *, x, eps, op, gamma, beta, axis, scale, dy, wrt, dtype, op_kwargs, own
+):
     """Read the call: the arrays, the op as a function of x, and what the message and the default
     tolerance need. ``op``, ``wrt`` and the keywords are checked before any array is read. The
     backward ops are measured here, whole (their sums run across rows). ``dtype``: the output
@@ -25,20 +38,53 @@ def read_call(fname, actual, *, x, eps, op, gamma, beta, axis, scale, dy, wrt, d
     xa = input_in_output_format(x_given, dt)
     g = None if gamma is None else as_numpy(gamma, "gamma")
     b = None if beta is None else as_numpy(beta, "beta")
-    kw = {k: as_numpy(v, k) if type(v).__module__.startswith(("torch", "jax")) else v for k, v in kw.items()}
+    kw = {
+        k: as_numpy(v, k) if type(v).__module__.startswith(("torch", "jax")) else v
+        for k, v in kw.items()
+    }
     if isinstance(op, str) and op in ("layer_norm_backward", "rms_norm_backward"):
         gr = grade_backward(op, wrt, a, xa, as_numpy(dy, "dy"), g, b, eps, axis, scale, dt)
     else:
         f, ax, name = op_caller(op, xa, g, b, eps, axis, kw)
-        gr = Graded(name=name, op=op, a=a, x=xa, gamma=g, beta=b, eps=eps, axis=ax, kw=kw, f=f, scale=scale,
-                    dt=dt, call_eps=None if eps is DEFAULT else eps, wrt=None, dy=None, rows=None)
+        gr = Graded(
+            name=name,
+            op=op,
+            a=a,
+            x=xa,
+            gamma=g,
+            beta=b,
+            eps=eps,
+            axis=ax,
+            kw=kw,
+            f=f,
+            scale=scale,
+            dt=dt,
+            call_eps=None if eps is DEFAULT else eps,
+            wrt=None,
+            dy=None,
+            rows=None,
+        )
     gr.dtype_given, gr.x_dtype, gr.axis_given = want, x_given.dtype, axis is not DEFAULT
     return gr
 
 
 @keyword_call
-def compare(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, axis=DEFAULT, scale=None, dy=None,
-            wrt=None, dtype=None, **op_kwargs) -> Report:
+def compare(
+    actual,
+    /,
+    *,
+    x,
+    eps,
+    op="layer_norm",
+    gamma=None,
+    beta=None,
+    axis=DEFAULT,
+    scale=None,
+    dy=None,
+    wrt=None,
+    dtype=None,
+    **op_kwargs,
+) -> Report:
     """Measure ``actual``, a kernel's output, against lneps: a :class:`Report`.
 
     ``actual`` is the only positional argument; a second one is a ``TypeError`` that asks for
@@ -70,8 +116,22 @@ def compare(actual, /, *, x, eps, op="layer_norm", gamma=None, beta=None, axis=D
     (3, True)
     """
     __tracebackhide__ = True
-    gr = read_call("compare", actual, x=x, eps=eps, op=op, gamma=gamma, beta=beta, axis=axis, scale=scale, dy=dy,
-                   wrt=wrt, dtype=dtype, op_kwargs=op_kwargs, own=own_keywords(compare))
+    gr = read_call(
+        "compare",
+        actual,
+        x=x,
+        eps=eps,
+        op=op,
+        gamma=gamma,
+        beta=beta,
+        axis=axis,
+        scale=scale,
+        dy=dy,
+        wrt=wrt,
+        dtype=dtype,
+        op_kwargs=op_kwargs,
+        own=own_keywords(compare),
+    )
     if gr.dtype_given is not None and gr.dt != gr.dtype_given:
         raise ValueError(f"compare(): actual is {gr.dt}, and dtype={gr.dtype_given} was asked for")
     if gr.wrt is None:

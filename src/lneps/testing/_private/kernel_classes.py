@@ -27,8 +27,20 @@ __all__ = ["KERNEL_CLASSES"]
 #: nu (the squares' underflow, relative to r^-2), the smallest stored eps for the sqrt(d)
 #: cap, the largest finite number.
 ACC = {
-    32: dict(u=2.0**-24, eta=2.0**-150, nu=2.0**-147, cap_eps=2.0**-140, big=float(np.finfo(np.float32).max)),
-    64: dict(u=2.0**-53, eta=2.0**-1075, nu=2.0**-1072, cap_eps=2.0**-1065, big=float(np.finfo(np.float64).max)),
+    32: dict(
+        u=2.0**-24,
+        eta=2.0**-150,
+        nu=2.0**-147,
+        cap_eps=2.0**-140,
+        big=float(np.finfo(np.float32).max),
+    ),
+    64: dict(
+        u=2.0**-53,
+        eta=2.0**-1075,
+        nu=2.0**-1072,
+        cap_eps=2.0**-1065,
+        big=float(np.finfo(np.float64).max),
+    ),
 }
 _EXPONENT = np.int64(0x7FF0000000000000)
 #: Welford's cap: |t_i| <= _C_W sqrt(M2) + (3.212 + 3.01 levels) u X (sqrt(1.606^2 3 + 8)).
@@ -51,7 +63,9 @@ class Fmt:
     def ulp(self, v, out=None):
         """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.formats.ulp`."""
         out = np.empty_like(v) if out is None else out
-        np.bitwise_and(v.view(np.int64), _EXPONENT, out=out.view(np.int64))  # 2^floor(log2 v), 0 for 0
+        np.bitwise_and(
+            v.view(np.int64), _EXPONENT, out=out.view(np.int64)
+        )  # 2^floor(log2 v), 0 for 0
         out *= self.scale
         return np.maximum(out, self.tiny, out=out)
 
@@ -66,7 +80,9 @@ def _R(rho_lo, rho_hi, psi):
     """|r^/r - 1| <= R given w = (var + eps)(1 + rho), -rho_lo <= rho <= rho_hi, and an rsqrt
     within psi relative."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(rho_lo < 1, (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, 1.0)) - 1, np.inf)
+        lo = np.where(
+            rho_lo < 1, (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, 1.0)) - 1, np.inf
+        )
         return np.fmax(lo, 1 - (1 - psi) / np.sqrt(1 + rho_hi))
 
 
@@ -113,7 +129,12 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
         rho = gamma_n(d + 3, u) + nu * r * r
         cls = [_line(_R(rho, rho, psi), 0.0, u, 1, eta)] if need_lines else []
         if eps_hat >= A["cap_eps"]:
-            cls.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 3, u)) * (1 + u)))
+            cls.append(
+                (
+                    1.0,
+                    math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 3, u)) * (1 + u),
+                )
+            )
         cap = eps_cap(0.0, 1)
         if cap is not None:
             cls.append(cap)
@@ -127,7 +148,9 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
     rhi_T = rlo_T + (1 + gamma_n(d + 5, u)) * D_T * D_T
     cls_T = [_line(_R(rlo_T, rhi_T, psi), D_T, u, 2, eta)] if need_lines else []
     if eps_hat >= A["cap_eps"]:
-        cls_T.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 5, u)) * (1 + u)))
+        cls_T.append(
+            (1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 5, u)) * (1 + u))
+        )
     cap = eps_cap(dmu_T, 2)
     if cap is not None:
         cls_T.append(cap)
@@ -135,8 +158,11 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
     cX = 3 * (2 + lnd) + 7 * l2d
     E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + gamma_n(2 * d + cX, u))
     D_W = E_W * r
-    first = 2 * u * (d - 1) * q + 6 * u * math.sqrt(2 * (1 + lnd)) * q \
+    first = (
+        2 * u * (d - 1) * q
+        + 6 * u * math.sqrt(2 * (1 + lnd)) * q
         + (4 / 3) * u * np.abs(m) * r * (d + 1) ** 1.5 / d * np.sqrt(q)
+    )
     rlo_W = gamma_n(d + 5, u) + (1 + gamma_n(d + 5, u)) * first + nu * r * r
     rhi_W = rlo_W + (4 + l2d) * (1 + gamma_n(d + 5, u)) * D_W * D_W
     cls_W = [_line(_R(rlo_W, rhi_W, psi), D_W, u, 2, eta)] if need_lines else []
@@ -162,7 +188,9 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
         dmu_O = d64 + u * (np.abs(m) + d64) + eta
         D_O = dmu_O * r
         var = q / (r * r)
-        err_v = gamma_n(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64 * (1 + 2 * u64)
+        err_v = gamma_n(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (
+            2 * np.abs(m) + d64
+        ) * d64 * (1 + 2 * u64)
         rho_O = gamma_n(2, u) + err_v * r * r * (1 + u) + nu * r * r
         cls_O = [_line(_R(rho_O, rho_O, psi), D_O, u, 2, eta)] if need_lines else []
         cap = eps_cap(dmu_O, 2)
@@ -180,8 +208,13 @@ def prune(lines, zmax):
     their minimum), and a class that another kept class lies above at both ends of one of its
     lines (a minimum of lines is concave: above a line at both ends is above it between)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        ends = [[(np.broadcast_to(b, zmax.shape), np.broadcast_to(a * zmax + b, zmax.shape)) for a, b in cls]
-                for cls in lines]
+        ends = [
+            [
+                (np.broadcast_to(b, zmax.shape), np.broadcast_to(a * zmax + b, zmax.shape))
+                for a, b in cls
+            ]
+            for cls in lines
+        ]
     if any(np.isnan(e).any() for cls in ends for pair in cls for e in pair):
         return lines
 
@@ -196,10 +229,16 @@ def prune(lines, zmax):
                 gone.add(j)
         keep = [j for j in range(len(cls)) if j not in gone]
         kept.append(([cls[j] for j in keep], [ce[j] for j in keep]))
-    mins = [(np.minimum.reduce([e[0] for e in ce]), np.minimum.reduce([e[1] for e in ce])) for _, ce in kept]
+    mins = [
+        (np.minimum.reduce([e[0] for e in ce]), np.minimum.reduce([e[1] for e in ce]))
+        for _, ce in kept
+    ]
     gone = set()
     for c, (_, ce) in enumerate(kept):
-        if any(o != c and o not in gone and any(below(e, mins[o]) for e in ce) for o in range(len(kept))):
+        if any(
+            o != c and o not in gone and any(below(e, mins[o]) for e in ce)
+            for o in range(len(kept))
+        ):
             gone.add(c)
     return [kept[c][0] for c in range(len(kept)) if c not in gone]
 

@@ -92,7 +92,7 @@ __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN
 #: Hoeffding's multiple of the scale: the threshold is the allowance plus LAMBDA scales.
 LAMBDA = 6.0
 #: A bound on the probability that a correct kernel fails the test, under the model.
-FALSE_ALARM = 2 * math.exp(-LAMBDA**2 / 2)
+FALSE_ALARM = 2 * math.exp(-(LAMBDA**2) / 2)
 #: The fewest eligible (distinct) rows for a verdict.
 MIN_ROWS = 8
 _D_MAX = 1e-2
@@ -150,34 +150,50 @@ class ScaleBias:
         allowance = self.allowance_low if scale < 0 else self.allowance_high
         if self.verdict == "not applicable" or not abs(scale) > allowance:
             return None
-        return max(self.min_rows, math.ceil(self.rows * (self.spread / (abs(scale) - allowance)) ** 2))
+        return max(
+            self.min_rows, math.ceil(self.rows * (self.spread / (abs(scale) - allowance)) ** 2)
+        )
 
     def coverage(self) -> str:
         """What the test could see on these rows, in words: its verdict, the smallest scale
         error it could have caught, and whether that reaches the d - 1 variance (a relative
         :math:`-1/(2d)`, the defect it exists for); if not, how many rows would."""
         if self.verdict == "not applicable":
-            return (f"test across rows not applied: {self.rows} eligible distinct rows of {self.rows_total}, "
-                    f"at least {self.min_rows} needed (rows of distinct values, not repeated or constant); "
-                    f"a systematic scale error, such as the d - 1 variance, was not looked for")
-        text = (f"test across rows: {self.verdict} over {self.rows} rows; it catches a systematic relative "
-                f"scale error below {self.low:.3g} or above {self.high:.3g}")
+            return (
+                f"test across rows not applied: {self.rows} eligible distinct rows of {self.rows_total}, "
+                f"at least {self.min_rows} needed (rows of distinct values, not repeated or constant); "
+                f"a systematic scale error, such as the d - 1 variance, was not looked for"
+            )
+        text = (
+            f"test across rows: {self.verdict} over {self.rows} rows; it catches a systematic relative "
+            f"scale error below {self.low:.3g} or above {self.high:.3g}"
+        )
         if self.d > 1:
             unbiased = -1 / (2 * self.d)
             if unbiased >= self.low:
                 need = self.rows_for(unbiased)
-                text += (f"; the d - 1 variance ({unbiased:.3g} at d = {self.d}) is within that, so it could not "
-                         f"have been caught: " + (f"about {need} rows like these would catch it" if need
-                                                  else "no number of such rows would"))
+                text += (
+                    f"; the d - 1 variance ({unbiased:.3g} at d = {self.d}) is within that, so it could not "
+                    f"have been caught: "
+                    + (
+                        f"about {need} rows like these would catch it"
+                        if need
+                        else "no number of such rows would"
+                    )
+                )
         return text
 
     def __str__(self):
         if self.verdict == "not applicable":
-            return (f"systematic scale test ({self.op}, {self.dtype}): not applicable, {self.rows} eligible rows "
-                    f"of {self.rows_total} (at least {MIN_ROWS} needed)")
-        text = (f"systematic scale test ({self.op}, {self.dtype}): mean relative scale error {self.statistic:.3g} "
-                f"over {self.rows} rows, a correct kernel stays within [{self.low:.3g}, {self.high:.3g}] "
-                f"(false alarm <= {self.false_alarm:.1g}): {self.verdict}")
+            return (
+                f"systematic scale test ({self.op}, {self.dtype}): not applicable, {self.rows} eligible rows "
+                f"of {self.rows_total} (at least {MIN_ROWS} needed)"
+            )
+        text = (
+            f"systematic scale test ({self.op}, {self.dtype}): mean relative scale error {self.statistic:.3g} "
+            f"over {self.rows} rows, a correct kernel stays within [{self.low:.3g}, {self.high:.3g}] "
+            f"(false alarm <= {self.false_alarm:.1g}): {self.verdict}"
+        )
         return text + (f"; the pattern of {self.suspect}" if self.suspect else "")
 
 
@@ -221,12 +237,26 @@ def _patterns(op, d, sig2, eps):
         return {
             _PATTERNS[0]: np.sqrt((sig2 + eps) / (sig2 * d / (d - 1) + eps)) - 1 if d > 1 else none,
             _PATTERNS[1]: np.sqrt(sig2 + eps) / (sig + eps) - 1,
-            _PATTERNS[2]: np.where(sig2 > 0, np.sqrt((sig2 + eps) / sig2) - 1, np.nan) if eps > 0 else none,
+            _PATTERNS[2]: np.where(sig2 > 0, np.sqrt((sig2 + eps) / sig2) - 1, np.nan)
+            if eps > 0
+            else none,
         }
 
 
-def scale_bias(op, *, actual, exact=None, x, gamma=None, beta=None, eps, axis=-1, dtype=None, stats=None,
-               block=1 << 16) -> ScaleBias:
+def scale_bias(
+    op,
+    *,
+    actual,
+    exact=None,
+    x,
+    gamma=None,
+    beta=None,
+    eps,
+    axis=-1,
+    dtype=None,
+    stats=None,
+    block=1 << 16,
+) -> ScaleBias:
     r"""Test ``actual`` (a kernel's output of ``op`` on ``x``) for a scale error common to its
     rows, beyond what a correct kernel's rounding can produce: a :class:`ScaleBias`.
 
@@ -251,8 +281,19 @@ def scale_bias(op, *, actual, exact=None, x, gamma=None, beta=None, eps, axis=-1
     ('fail', 'the d - 1 (unbiased) variance')
     """
     a_in = as_numpy(actual, "actual")
-    test = ScaleTest(op, x=x, gamma=gamma, beta=beta, eps=eps, axis=axis, dtype=a_in.dtype if dtype is None else dtype,
-                     exact=exact, stats=stats, block=block, actual=a_in)
+    test = ScaleTest(
+        op,
+        x=x,
+        gamma=gamma,
+        beta=beta,
+        eps=eps,
+        axis=axis,
+        dtype=a_in.dtype if dtype is None else dtype,
+        exact=exact,
+        stats=stats,
+        block=block,
+        actual=a_in,
+    )
     return test.result
 
 
@@ -271,8 +312,21 @@ class ScaleTest:
     ['pass', 'fail']
     """
 
-    def __init__(self, op, *, x, gamma=None, beta=None, eps, axis=-1, dtype, exact=None, stats=None,
-                 block=1 << 16, actual=None):
+    def __init__(
+        self,
+        op,
+        *,
+        x,
+        gamma=None,
+        beta=None,
+        eps,
+        axis=-1,
+        dtype,
+        exact=None,
+        stats=None,
+        block=1 << 16,
+        actual=None,
+    ):
         P = self._P = prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
         self.op, self.d, self.eps, self.dtype = op, P["d"], P["eps"], P["dt"]
         a2 = None
@@ -310,8 +364,23 @@ class ScaleTest:
         n = int(idx.size)
         if n < MIN_ROWS:
             nan = float("nan")
-            return ScaleBias(self.op, self.dtype, nan, nan, nan, nan, n, nrows, FALSE_ALARM, "not applicable", None,
-                             per_row, eligible, d=self.d, min_rows=MIN_ROWS)
+            return ScaleBias(
+                self.op,
+                self.dtype,
+                nan,
+                nan,
+                nan,
+                nan,
+                n,
+                nrows,
+                FALSE_ALARM,
+                "not applicable",
+                None,
+                per_row,
+                eligible,
+                d=self.d,
+                min_rows=MIN_ROWS,
+            )
         s = s_all[idx]
         sig = R["sig"][idx]
         A2, An, Ap = R["A2"][idx], R["An"][idx], R["Ap"][idx]
@@ -322,13 +391,34 @@ class ScaleTest:
         low = float(-(om * (A2 + An)).sum() / tot - LAMBDA * S)
         high = float((om * (A2 + Ap)).sum() / tot + LAMBDA * S)
         verdict = "pass" if low <= stat <= high else "fail"
-        noise = float(np.sqrt((om * sig * sig).sum() / tot)) * LAMBDA + float((om * (A2 + np.fmax(An, Ap))).sum() / tot)
-        suspect = (_suspect(self.op, self.d, self.eps, R["sig2"][idx], s, om, stat, low, high, noise)
-                   if verdict == "fail" else None)
-        return ScaleBias(self.op, self.dtype, stat, low, high, high if stat >= 0 else -low, n, nrows, FALSE_ALARM,
-                         verdict, suspect, per_row, eligible, d=self.d, spread=LAMBDA * S,
-                         allowance_low=float((om * (A2 + An)).sum() / tot),
-                         allowance_high=float((om * (A2 + Ap)).sum() / tot), min_rows=MIN_ROWS)
+        noise = float(np.sqrt((om * sig * sig).sum() / tot)) * LAMBDA + float(
+            (om * (A2 + np.fmax(An, Ap))).sum() / tot
+        )
+        suspect = (
+            _suspect(self.op, self.d, self.eps, R["sig2"][idx], s, om, stat, low, high, noise)
+            if verdict == "fail"
+            else None
+        )
+        return ScaleBias(
+            self.op,
+            self.dtype,
+            stat,
+            low,
+            high,
+            high if stat >= 0 else -low,
+            n,
+            nrows,
+            FALSE_ALARM,
+            verdict,
+            suspect,
+            per_row,
+            eligible,
+            d=self.d,
+            spread=LAMBDA * S,
+            allowance_low=float((om * (A2 + An)).sum() / tot),
+            allowance_high=float((om * (A2 + Ap)).sum() / tot),
+            min_rows=MIN_ROWS,
+        )
 
 
 def _row_pass(P, a2, keep_w, block):
@@ -339,7 +429,9 @@ def _row_pass(P, a2, keep_w, block):
     u = A["u"]
     fmt = Fmt(P["dt"])
     accf = Fmt(np.float64 if acc == 64 else np.float32)
-    c_y = 2 * u if acc == 64 else u  # the last roundings in the accumulation format: a bias, at most
+    c_y = (
+        2 * u if acc == 64 else u
+    )  # the last roundings in the accumulation format: a bias, at most
     # the rounding to a narrower output format: to nearest, of mean zero, one per element (random)
     u_out = 0.0 if fmt.dt == accf.dt else fmt.u
     tau = 0.5 * fmt.tiny + A["eta"]
@@ -354,8 +446,11 @@ def _row_pass(P, a2, keep_w, block):
         gg = np.broadcast_to(g, (1, d)).astype(np.float64)
         g2sum = float(np.einsum("ij,ij->", gg, gg))
     # the gain's distinct values by column, for the output rounding's groups (_grouped_norm)
-    column = np.zeros(d, dtype=np.int64) if g is None else \
-        np.unique(np.broadcast_to(g, (1, d))[0], return_inverse=True)[1].astype(np.int64)
+    column = (
+        np.zeros(d, dtype=np.int64)
+        if g is None
+        else np.unique(np.broadcast_to(g, (1, d))[0], return_inverse=True)[1].astype(np.int64)
+    )
     B = block_rows(d, block)
     with np.errstate(all="ignore"):
         for r0 in range(0, nrows, B):
@@ -373,14 +468,20 @@ def _row_pass(P, a2, keep_w, block):
             xb *= rstd
             z = xb
             if a2 is not None:
-                diff = np.subtract(a2[r0:r1], y, dtype=np.float64)  # NaN or inf in a row shows in its sums below
+                diff = np.subtract(
+                    a2[r0:r1], y, dtype=np.float64
+                )  # NaN or inf in a row shows in its sums below
             zz = z * z
             Z2 = np.einsum("ij,ij->i", z, z)
             Z4 = np.einsum("ij,ij->i", zz, zz)
             # addends of the sum of squares below the ulp of its total stagnate (error -b, or
             # ulp - b): not random, each at most b; half their share, either way
             T = d * _q(Z2, d) / (rstd[:, 0] * rstd[:, 0])  # the sum of squares, about
-            h = accf.ulp(np.fmax(T * (1 + 2 * gamma_n(2 * d + 8, u)), 0.0)) / np.where(T > 0, T, 1.0) * Z2
+            h = (
+                accf.ulp(np.fmax(T * (1 + 2 * gamma_n(2 * d + 8, u)), 0.0))
+                / np.where(T > 0, T, 1.0)
+                * Z2
+            )
             small = np.sum(zz, axis=1, where=zz < h[:, None])
             stag = 0.5 * small / np.where(Z2 > 0, Z2, 1.0) * _q(Z2, d)
             # rows where most addends are tiny next to the total (a few elements dominate, the
@@ -395,7 +496,9 @@ def _row_pass(P, a2, keep_w, block):
             if g is not None:
                 gz = z * gg
                 if layer:
-                    kappa = np.einsum("ij,ij->i", gz, np.broadcast_to(gg, gz.shape))[:, None] / g2sum
+                    kappa = (
+                        np.einsum("ij,ij->i", gz, np.broadcast_to(gg, gz.shape))[:, None] / g2sum
+                    )
                     w = gz - kappa * gg
                 else:
                     w = gz
@@ -415,17 +518,26 @@ def _row_pass(P, a2, keep_w, block):
             D = np.broadcast_to(info["D"], rstd.shape)[:, 0]
             rho = np.broadcast_to(info["rho_max"], rstd.shape)[:, 0]
             r, qq = rstd[:, 0], q[:, 0]
-            two = 0.5 * u * (e_ * r * r + 3) + psi + u_out * u_out  # u_out^2: the rounding's bias where
+            two = (
+                0.5 * u * (e_ * r * r + 3) + psi + u_out * u_out
+            )  # u_out^2: the rounding's bias where
             # the values' density slopes across an output ulp (second order)
             if layer and acc == 32:
                 m = mean[:, 0]
                 d64 = gamma_n(d + 1, 2.0**-53) * M[:, 0]
-                err_v = gamma_n(d + 3, 2.0**-53) * (qq / (r * r) + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64
+                err_v = (
+                    gamma_n(d + 3, 2.0**-53) * (qq / (r * r) + 2 * m * m + 2 * d64 * d64)
+                    + (2 * np.abs(m) + d64) * d64
+                )
                 two = two + 0.5 * err_v * r * r
-            elem = ((3 * u + u * D) * np.sqrt(G2 * W2) + c_y * np.sqrt(Y2 * W2) + tau * np.sqrt(d * W2)) / W
+            elem = (
+                (3 * u + u * D) * np.sqrt(G2 * W2) + c_y * np.sqrt(Y2 * W2) + tau * np.sqrt(d * W2)
+            ) / W
             if g is not None:
                 elem = elem + u * D * np.sqrt(g2sum * W2) / W
-            sig = np.hypot(0.5 * u * math.sqrt(max(d - 1, 0)) * qq * (1 + rho), 1.5 * u * np.sqrt(Z4) / d)
+            sig = np.hypot(
+                0.5 * u * math.sqrt(max(d - 1, 0)) * qq * (1 + rho), 1.5 * u * np.sqrt(Z4) / d
+            )
             if u_out:
                 # elements of one significand and gain round alike: one random error per group
                 sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
@@ -436,7 +548,13 @@ def _row_pass(P, a2, keep_w, block):
                 An = np.zeros_like(sig)
             Ap = 0.375 * rho * rho
             two = two + stag
-            ok &= ~swamped & (W > 0) & (D <= _D_MAX) & np.isfinite(r) & (d * Z4 >= _KURTOSIS_MIN * Z2 * Z2)
+            ok &= (
+                ~swamped
+                & (W > 0)
+                & (D <= _D_MAX)
+                & np.isfinite(r)
+                & (d * Z4 >= _KURTOSIS_MIN * Z2 * Z2)
+            )
             sl = slice(r0, r1)
             acc_rows["s"][sl] = num / W
             if keep_w:
@@ -489,7 +607,9 @@ def _suspect(op, d, eps, sig2, s, om, stat, low, high, noise):
     fitted = _fit_eps(sig2, eps, om, stat)
     if fitted is not None:
         del patterns[_PATTERNS[2]]
-        name = _PATTERNS[2] if fitted < 0.05 * eps else f"eps of about {fitted:.2g} used for {eps:g}"
+        name = (
+            _PATTERNS[2] if fitted < 0.05 * eps else f"eps of about {fitted:.2g} used for {eps:g}"
+        )
         with np.errstate(all="ignore"):
             patterns[name] = np.sqrt((sig2 + eps) / (sig2 + fitted)) - 1
     for name, pred in patterns.items():

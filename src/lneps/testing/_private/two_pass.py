@@ -28,12 +28,16 @@ def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
     """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
     from d, mean|x|, r = 1/sqrt(var + eps), the core |x - mu| r, |y| and |gamma| (1 without a gain)."""
     u32, eta = U32, 2.0**-150
-    D = (gamma_n(d + 1, U32) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
+    D = (
+        gamma_n(d + 1, U32) * mean_abs + eta
+    ) * r  # |mu^ - mu| r: the mean's error in units of the output
     rho_lo = gamma_n(d + 5, U32) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
     rho_hi = rho_lo + (1 + gamma_n(d + 5, U32)) * D * D
     psi = gamma_n(2, U32)  # the reciprocal square root
-    R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
-                   1 - (1 - psi) / np.sqrt(1 + rho_hi))
+    R = np.maximum(
+        (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
+        1 - (1 - psi) / np.sqrt(1 + rho_hi),
+    )
     R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
     En = core * ((1 + R) * (1 + u32) ** 2 - 1) + D * (1 + R) * (1 + u32) ** 2 + eta  # |n^ - core|
     Ec = gain * (En + u32 * (core + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
@@ -52,7 +56,11 @@ def _two_pass_cap(d, core, gain):
 def _rounded_once(Ec, y, dt):
     """|result - y| given |c - y| <= Ec for the float32 value c the kernel rounds to dt (y's
     own float64 error allowed for)."""
-    E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    E = (
+        Ec
+        + y * 2.0**-52
+        + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    )
     lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
     return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
 
@@ -111,7 +119,9 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     xa = as_numpy(x, "x")
     small = FORMATS[:3]
     if xa.dtype not in small:
-        raise TypeError(f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input")
+        raise TypeError(
+            f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input"
+        )
     dt = xa.dtype if dtype is None else check_float_dtype(dtype)
     if dt not in small:
         raise TypeError(f"dtype must be float16, bfloat16 or float32; got {dt}")
@@ -125,7 +135,9 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         a64 = a.astype(np.float64)
         with np.errstate(over="ignore"):
             if not np.array_equal(a64.astype(np.float32).astype(np.float64), a64):
-                raise ValueError(f"{name} has values that float32 cannot hold; the model stores it in the input format")
+                raise ValueError(
+                    f"{name} has values that float32 cannot hold; the model stores it in the input format"
+                )
         gb.append(a)
     g, b = gb
     x64 = xa.astype(np.float64)
@@ -147,9 +159,14 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
         # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
         f32max = format_of(np.float32).largest * (1 - 2.0**-20)
-        var = np.mean(np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True)
+        var = np.mean(
+            np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True
+        )
         dmu = gamma_n(d + 1, U32) * mabs
-        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(d + 5, U32)) > f32max)
-                 | (ya + err > format_of(dt).largest))
+        risky = (
+            (d * mabs > f32max)
+            | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(d + 5, U32)) > f32max)
+            | (ya + err > format_of(dt).largest)
+        )
         out = np.where(risky | ~np.isfinite(out), np.inf, out)
     return np.broadcast_to(out, xa.shape).astype(np.float64)
