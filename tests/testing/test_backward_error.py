@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lneps
+import lneps.testing as lt
 
 from lneps.testing._private import backward_error as bb
 from lneps.testing._private.backward_error import backward_bound, backward_scale
@@ -261,3 +262,68 @@ def test_scale_and_shapes():
 
 def test_docstring_example():
     assert doctest.testmod(bb, raise_on_error=False).failed == 0
+
+
+# --- the backward failure message: dy, the row's statistics, and the suspects -------------------
+
+
+def _dx_parts(x, dy, g):
+    xf, gh = x.astype(np.float32), (dy * g).astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True)
+    r = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True) + np.float32(1e-5))
+    u = t * r
+    return gh, u, r
+
+
+def _rows(seed=7, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(16, 64)).astype(dtype)
+    dy = rng.normal(size=(16, 64)).astype(dtype)
+    g = rng.uniform(0.5, 2, size=64).astype(dtype)
+    return x, dy, g
+
+
+def _message(actual, x, dy, g, wrt="x"):
+    with pytest.raises(AssertionError) as info:
+        lt.assert_close(actual, x=x, dy=dy, gamma=g, eps=1e-5, op="layer_norm_backward", wrt=wrt)
+    return str(info.value)
+
+
+def test_a_dx_message_shows_dy_the_mean_and_rstd_and_names_rstd_in_16_bits():
+    x, dy, g = _rows()
+    gh, u, r = _dx_parts(x, dy, g)
+    inner = gh - gh.mean(axis=-1, keepdims=True) - u * (gh * u).mean(axis=-1, keepdims=True)
+    stored = r.astype(ml_dtypes.bfloat16).astype(np.float32)  # the statistics buffer in bfloat16
+    text = _message((inner * stored).astype(np.float32), x, dy, g)
+    assert "  dy row = [" in text and "row's mean " in text and "rstd " in text
+    assert "suspect: rstd stored in bfloat16" in text
+    assert "wrong sign" not in text
+
+
+def test_a_dx_message_names_the_wrong_sign_term_and_only_it():
+    x, dy, g = _rows()
+    gh, u, r = _dx_parts(x, dy, g)
+    wrong = (gh - gh.mean(axis=-1, keepdims=True) + u * (gh * u).mean(axis=-1, keepdims=True)) * r
+    text = _message(wrong.astype(np.float32), x, dy, g)
+    assert "suspect: the term u * mean(dy * gamma * u) with the wrong sign" in text
+    assert "rstd stored in" not in text
+    # eps forgotten looks like neither: no suspect named
+    xf = x.astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True)
+    r0 = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True) + np.float32(0.5))
+    u0 = t * r0
+    big_eps = (
+        gh - gh.mean(axis=-1, keepdims=True) - u0 * (gh * u0).mean(axis=-1, keepdims=True)
+    ) * r0
+    text = _message(big_eps.astype(np.float32), x, dy, g)
+    assert "suspect: rstd stored" not in text and "wrong sign" not in text
+
+
+def test_a_dbeta_message_names_16_bit_accumulation_and_shows_no_gamma():
+    x, dy, g = _rows(dtype=np.float16)
+    dy = (dy * 30).astype(np.float16)
+    acc = np.zeros(64, np.float16)
+    for row in dy:
+        acc = (acc + row).astype(np.float16)
+    text = _message(acc, x, dy, g, wrt="beta")
+    assert "suspect: dβ accumulated in float16" in text and "gamma here" not in text

@@ -75,6 +75,88 @@ def _suspects(gr, idx, row, over_rows_constant_nan, constant_far, systematic):
     return found
 
 
+def _row_stats64(gr, i):
+    """(mean or None, rstd) of row i of x, in float64 (lneps's correctly rounded statistics)."""
+    from ... import norms
+
+    z = gr.x[i : i + 1].astype(np.float64)
+    eps = 1e-5 if gr.call_eps is None else gr.call_eps
+    if gr.op == "layer_norm_backward":
+        _, mean, rstd = norms.layer_norm(z, eps=eps, return_stats=True)
+        return float(np.ravel(mean)[0]), float(np.ravel(rstd)[0])
+    _, rstd = norms.rms_norm(z, eps=eps, return_stats=True)
+    return None, float(np.ravel(rstd)[0])
+
+
+def _backward_dx(gr, i, mean, rstd):
+    """``(lines, suspects)`` for a dx failure in row i: the row's dy and statistics, and the
+    defects whose pattern the row's error follows: rstd stored in a 16-bit format (every dx of
+    the row off by the same factor, rstd's rounding) or the term u * mean(g * u) with the wrong
+    sign (the error twice that term)."""
+    dy = gr.dy[i].astype(np.float64)
+    lines = [
+        f"  dy row = {np.array2string(dy, threshold=16, edgeitems=4, max_line_width=96)}",
+        "  row's "
+        + (f"mean {mean:.10g}, " if mean is not None else "")
+        + f"rstd {rstd:.10g}"
+        + " (float64, exact to the digits shown)",
+    ]
+    a, e = gr.a64[i], gr.e[i]
+    diff = a - e
+    found = []
+    with np.errstate(all="ignore"):
+        ee = float(np.dot(e, e))
+        if ee > 0 and np.isfinite(diff).all():
+            s = float(np.dot(diff, e)) / ee  # the row's least-squares relative scale error
+            resid = float(np.linalg.norm(diff - s * e)) / np.sqrt(ee)
+            import ml_dtypes
+
+            for name, fmt in (("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16)):
+                moved = float(np.asarray(rstd, dtype=fmt)) / rstd - 1
+                if moved != 0 and abs(s - moved) <= 0.1 * abs(moved) and resid <= 0.1 * abs(moved):
+                    found.append(
+                        f"rstd stored in {name}: every dx of the row is off by the factor "
+                        f"{1 + s:.6g}, rstd's rounding to {name} ({1 + moved:.6g})"
+                    )
+                    break
+            z = gr.x[i].astype(np.float64)
+            g = (
+                dy
+                if gr.gamma is None
+                else dy * np.broadcast_to(gr.gamma.astype(np.float64), dy.shape)
+            )
+            u = ((z - mean) if mean is not None else z) * rstd
+            term = rstd * u * float(np.mean(g * u))
+            tt = float(np.dot(term, term))
+            if tt > 0:
+                c = float(np.dot(diff, term)) / tt
+                rest = float(np.linalg.norm(diff - c * term)) / np.sqrt(tt)
+                if abs(abs(c) - 2) <= 0.1 and rest <= 0.1:
+                    found.append(
+                        "the term u * mean(dy * gamma * u) with the wrong sign (the error is "
+                        "twice that term)"
+                    )
+    return lines, found
+
+
+def _backward_dbeta(gr):
+    """Suspect for a dβ failure: the column sums of dy accumulated in a 16-bit format."""
+    import ml_dtypes
+
+    dy = gr.dy.reshape(-1, gr.dy.shape[-1])
+    for name, fmt in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        acc = np.zeros(dy.shape[-1], dtype=fmt)
+        with np.errstate(all="ignore"):
+            for row in dy.astype(fmt):
+                acc = (acc + row).astype(fmt)
+        same = np.mean(acc.astype(np.float64) == gr.a64.ravel())
+        if same >= 0.5 and not np.array_equal(gr.a64.ravel(), gr.r.ravel()):
+            return [
+                f"dβ accumulated in {name}: {same:.0%} of its columns equal the row-by-row sum in {name}"
+            ]
+    return []
+
+
 def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_msg, over_count, n):
     shape = gr.a64.shape
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -150,6 +232,14 @@ def failure_text(gr, over, err, bound, metric, max_ulp_given, systematic, err_ms
         elif constant and np.isnan(gr.e[idx]) and np.isfinite(gr.a64[idx]):
             zero_eps = True
     found = _suspects(gr, idx, row, nan_const, far_const, systematic)
+    if gr.wrt == "x" and getattr(gr, "dy", None) is not None and gr.x.ndim == 2:
+        mean, rstd = _row_stats64(gr, idx[0])
+        extra, more = _backward_dx(gr, idx[0], mean, rstd)
+        at = next((k + 1 for k, line in enumerate(lines) if line.startswith("  input row")), 2)
+        lines[at:at] = extra  # after the input row
+        found += more
+    elif gr.wrt == "beta" and getattr(gr, "dy", None) is not None:
+        found += _backward_dbeta(gr)
     if zero_eps:
         found.append(
             "a number where the exact answer is NaN: a constant row with eps = 0 is 0/0, and "
