@@ -44,7 +44,7 @@ from ._private.hard_inputs import Family, families
 from ._private.exact_errors import scaled_error
 from ._private.forward_error import forward_bound
 from ._private.grading import compare
-from ._private.kernel_classes import KERNEL_CLASSES
+from ._private.kernel_classes import DESIGN_CLASSES, KERNEL_CLASSES
 from ._private.grade_report import Report
 from ._private.systematic import ScaleBias, ScaleTest, scale_bias
 from ._private.two_pass import two_pass_bound
@@ -58,6 +58,10 @@ WRT = WRT
 DEFAULT = DEFAULT
 #: The classes of correct kernels :func:`forward_bound` covers, each with its own error analysis.
 KERNEL_CLASSES = KERNEL_CLASSES
+#: Real designs that round inside the kernel to the input format, each with its derived bound:
+#: opt in with ``kernels=`` (statistics stored in the input format; the normalized value cast
+#: to it, then weighted there). Never part of the default tolerance.
+DESIGN_CLASSES = DESIGN_CLASSES
 
 __all__ = [
     "OPS",
@@ -70,6 +74,7 @@ __all__ = [
     "scaled_error",
     "forward_bound",
     "KERNEL_CLASSES",
+    "DESIGN_CLASSES",
     "scale_bias",
     "ScaleBias",
     "ScaleTest",

@@ -198,7 +198,7 @@ def assert_close(
             and gr.name in ("layer_norm", "rms_norm")
             and k in tested
         ):
-            test = _row_statistics(gr)
+            test = _row_statistics(gr, kernels)
             rows_stats.append(test)
         need = None
         if given is None and floor_applies(gr, metric):
@@ -325,7 +325,7 @@ def _arrays_of(call):
     return gr.a64, gr.e, gr.r, gr.err, gr.scaled
 
 
-def _row_statistics(gr):
+def _row_statistics(gr, kernels=None):
     """The test across rows on one block: a :class:`lneps.testing.ScaleTest`."""
     from .systematic import ScaleTest
 
@@ -341,6 +341,7 @@ def _row_statistics(gr):
         stats=gr.stats,
         actual=gr.a64,
         block=max(gr.a.size, 1),
+        kernels=kernels,
     )
     test._P = test._w = None  # only the per-row numbers are combined: keep no block's arrays
     return test

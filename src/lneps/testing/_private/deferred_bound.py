@@ -199,7 +199,7 @@ def bound_floor(
             with_x = (M, X, P["mean"], np.zeros_like(M))
         else:
             with_x = None
-        lines, _ = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes)
+        lines, _ = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"])
         floor = None
         for cls in lines:
             low = None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import norms
+from ...formats import format_of
 from ..._checks import check_axes, check_eps, check_float_dtype, check_param_shape
 from .arguments import FORMATS, as_numpy
 from .kernel_classes import (
@@ -134,7 +135,9 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         return np.moveaxis(out2.reshape(back_shape), last, axes)
 
     eps_hat = float(np.asarray(e_, dtype=accdt))
+    u_in = 0.0 if xa.dtype == np.float64 else format_of(xa.dtype).u  # for DESIGN_CLASSES
     return dict(
+        u_in=u_in,
         xa=xa,
         x2=rows(xa),
         y2=rows(ex),
@@ -261,7 +264,7 @@ def forward_bound(
             q = np.einsum("ij,ij->i", core, core)[:, None] / d * (1 + 2.0**-39)
             q = np.fmin(q, 1.0)
             with_x = (M, X, mean, q) if op == "layer_norm" else None
-            lines, info = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes)
+            lines, info = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"])
             lines = [[(a * (1 + 2.0**-40), b) for a, b in cls] for cls in lines]
             lines = prune(lines, core.max(axis=1, keepdims=True))
             F = evaluate(lines, core)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...formats import format_of
 
-__all__ = ["KERNEL_CLASSES"]
+__all__ = ["KERNEL_CLASSES", "DESIGN_CLASSES"]
 
 #: Per accumulation format: unit roundoff, eta (half the smallest subnormal: an underflow),
 #: nu (the squares' underflow, relative to r^-2), the smallest stored eps for the sqrt(d)
@@ -97,21 +97,44 @@ def _line(R, D, u, k, eta):
 
 #: The kernel classes of :func:`forward_bound`'s model (layer norm).
 KERNEL_CLASSES = ("two_pass", "welford", "one_pass_float64")
+#: Real designs that round inside the kernel to the input format, which a test opts into with
+#: ``kernels=`` (never in the default: they are looser than a correct kernel must be):
+#: "stats_in_input_format", two-pass statistics in float32 stored in the input format (mean
+#: and rstd, as torch's CPU kernels keep them), then the rest in float32; "cast_then_weighted",
+#: the normalized value computed in float32, cast to the input format, then multiplied by the
+#: gain in the input format (Hugging Face's Llama RMSNorm).
+DESIGN_CLASSES = ("stats_in_input_format", "cast_then_weighted")
 
 
 def check_kernels(kernels) -> tuple:
     """``kernels=`` as a tuple of class names, each one of :data:`KERNEL_CLASSES`: ``ValueError``
     naming them otherwise (a misspelt class must fail whether or not a bound is needed)."""
     classes = (kernels,) if isinstance(kernels, str) else tuple(kernels)
-    if not classes or any(k not in KERNEL_CLASSES for k in classes):
-        raise ValueError(f"kernels must name some of {', '.join(KERNEL_CLASSES)}; got {kernels!r}")
+    known = KERNEL_CLASSES + DESIGN_CLASSES
+    if not classes or any(k not in known for k in classes):
+        raise ValueError(f"kernels must name some of {', '.join(known)}; got {kernels!r}")
     return classes
 
 
-def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True):
+def _design_lines(classes, base, R, D, u, k, eta, u_in):
+    """The lines of the design classes asked for, from a two-pass class's R and D (``base``:
+    its lines). Stored in the input format (unit roundoff ``u_in``), rstd is off by a further
+    factor within (1 + u_in) and the mean by u_in |mean| (``D`` includes it); cast to the input
+    format and then weighted there, the normalized value takes two more roundings of u_in."""
+    out = []
+    if "stats_in_input_format" in classes:
+        out.append([_line((1 + R) * (1 + u_in) - 1, D, u, k, eta)])
+    if "cast_then_weighted" in classes:
+        grow = (1 + u_in) ** 2
+        out.append([((1 + a) * grow - 1, b * grow) for a, b in base])
+    return out
+
+
+def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True, u_in=0.0):
     """Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
     list per class, the bound being max over classes of min over the class's lines; and the
-    largest D and rho_+ over the classes (without the lines if not ``need_lines``)."""
+    largest D and rho_+ over the classes (without the lines if not ``need_lines``). ``u_in``:
+    the input format's unit roundoff, for :data:`DESIGN_CLASSES`."""
     A = ACC[acc]
     u, eta, nu = A["u"], A["eta"], A["nu"]
     psi = gamma_n(5, u)
@@ -138,7 +161,10 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
         cap = eps_cap(0.0, 1)
         if cap is not None:
             cls.append(cap)
-        return [cls], dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
+        out = [cls] if any(c in KERNEL_CLASSES for c in classes) else []
+        if need_lines:
+            out += _design_lines(classes, cls, _R(rho, rho, psi), 0.0, u, 1, eta, u_in)
+        return out, dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
     M, X, m, q = with_x
     lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
     # T: two-pass, any order
@@ -199,6 +225,9 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
         lines.append(cls_O)
         rho_max = np.fmax(rho_max, rho_O)
         D = np.fmax(D, D_O)
+    if need_lines and any(c in DESIGN_CLASSES for c in classes):
+        D_S = (dmu_T + u_in * (np.abs(m) + dmu_T)) * r  # the mean stored: u_in |mean| more
+        lines += _design_lines(classes, cls_T, _R(rlo_T, rhi_T, psi), D_S, u, 2, eta, u_in)
     return lines, dict(rho_max=rho_max, D=D, D_T=D_T, D_W=D_W)
 
 

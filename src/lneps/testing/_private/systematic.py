@@ -85,7 +85,7 @@ import numpy as np
 from ...formats import format_of
 from .arguments import as_numpy
 from .forward_error import block_rows, prepare
-from .kernel_classes import ACC, Fmt, row_stats, gamma_n
+from .kernel_classes import ACC, DESIGN_CLASSES, Fmt, check_kernels, gamma_n, row_stats
 
 __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN_ROWS"]
 
@@ -326,8 +326,11 @@ class ScaleTest:
         stats=None,
         block=1 << 16,
         actual=None,
+        kernels=None,
     ):
         P = self._P = prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
+        # the design classes asked for (kernels=) round inside the kernel: more random error
+        P["design"] = set(() if kernels is None else check_kernels(kernels)) & set(DESIGN_CLASSES)
         self.op, self.d, self.eps, self.dtype = op, P["d"], P["eps"], P["dt"]
         a2 = None
         if actual is not None:
@@ -541,6 +544,12 @@ def _row_pass(P, a2, keep_w, block):
             if u_out:
                 # elements of one significand and gain round alike: one random error per group
                 sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
+            if "stats_in_input_format" in P["design"]:  # rstd rounded once per row: a scale of
+                sig = np.hypot(
+                    sig, P["u_in"]
+                )  # mean zero within u_in (the mean's is projected out)
+            if "cast_then_weighted" in P["design"]:  # the normalized value rounded once more
+                sig = np.hypot(sig, P["u_in"] * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
             if layer:
                 sig = np.hypot(sig, u * (1 + np.abs(mean[:, 0]) * r))
                 An = 0.5 * (4 + math.log2(d)) * D * D
