@@ -40,3 +40,12 @@ def test_the_input_format_defects_are_the_correct_kernel_in_float32():
         kz.by_name("all in the input format").fn(x16, None, None, 1e-5),
         kz.by_name("two-pass, pairwise sums").fn(x16, None, None, 1e-5),
     )
+
+
+def test_the_designs_name_their_own_classes():
+    import lneps.testing as lt
+
+    designs = kz.kernels("design")
+    assert {k.op for k in designs} == {"layer_norm", "rms_norm"}
+    assert all(k.classes and set(k.classes) <= set(lt.DESIGN_CLASSES) for k in designs)
+    assert all(k.classes is None for k in kz.ZOO if k.kind != "design")

@@ -253,7 +253,8 @@ def test_the_zoo(g):
     from lneps.book import kernel_zoo
 
     assert g["zoo_correct"] == len(kernel_zoo.kernels("correct")) == 15
-    assert g["zoo_defects"] == len(kernel_zoo.kernels("defective")) == 12
+    assert g["zoo_defects"] == len(kernel_zoo.kernels("defective")) == 14
+    assert g["zoo_designs"] == len(kernel_zoo.kernels("design")) == 2
     assert 0 < float(g["zoo_worst_f32"]) < 1
 
 

@@ -346,6 +346,47 @@ def eps_tenth(x, gamma=None, beta=None, eps=1e-5):
     return two_pass_pairwise(x, gamma, beta, eps / 10)
 
 
+# --- real designs: correct within their own class -----------------------------------------
+
+
+def stats_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Design: two-pass statistics in float32, the mean and rstd stored in the input format (as
+    torch's CPU kernels keep them), then (x - mean) * rstd and the affine step in float32."""
+    dt, xf = x.dtype, x.astype(F32)
+    _, var = _two_pass_stats(xf, pairwise_sum)
+    mu = pairwise_sum(xf) / F32(xf.shape[1])  # the same float32 mean the variance used
+    n = (xf - mu.astype(dt).astype(F32)) * _rsqrt(var + F32(eps)).astype(dt).astype(F32)
+    return _out(_affine(n, gamma, beta), x)
+
+
+def llama_rms(x, gamma=None, beta=None, eps=1e-5):
+    """Design (RMS norm, Hugging Face's Llama RMSNorm): x * rsqrt(mean(x^2) + eps) in float32,
+    cast to the input format, then multiplied by the gain in the input format."""
+    dt, xf = x.dtype, x.astype(F32)
+    n = (xf * _rsqrt(pairwise_sum(xf * xf) / F32(xf.shape[1]) + F32(eps))).astype(dt)
+    return n if gamma is None else (gamma * n).astype(dt)
+
+
+def mean_float16(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the mean rounded to float16 (a 16-bit statistics buffer) before it is
+    subtracted; the rest in float32."""
+    xf = x.astype(F32)
+    _, var = _two_pass_stats(xf, pairwise_sum)
+    mu = pairwise_sum(xf) / F32(xf.shape[1])
+    n = (xf - mu.astype(np.float16).astype(F32)) * _rsqrt(var + F32(eps))
+    return _out(_affine(n, gamma, beta), x)
+
+
+def rsqrt_12bit(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: a reciprocal square root good to 12 bits (a hardware estimate without its
+    Newton step)."""
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    r = _rsqrt(var + F32(eps))
+    m, e = np.frexp(r)
+    r12 = np.ldexp(np.round(m * 2.0**12) / 2.0**12, e).astype(F32)
+    return _out(_affine(t * r12, gamma, beta), x)
+
+
 def all_in_input_format(x, gamma=None, beta=None, eps=1e-5):
     """Defect: the two-pass kernel with every operation in x's own format (no float32; in
     float32 it is the correct kernel)."""
@@ -390,18 +431,21 @@ def rms_eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel of the zoo: ``fn(x, gamma, beta, eps)``; kind "correct" or "defective";
-    op "layer_norm" or "rms_norm"."""
+    """One kernel of the zoo: ``fn(x, gamma, beta, eps)``; kind "correct", "design" (a real
+    design that rounds inside the kernel, correct within its own class of
+    :data:`lneps.testing.DESIGN_CLASSES`, ``classes``) or "defective"; op "layer_norm" or
+    "rms_norm"."""
 
     name: str
     kind: str
     op: str
     fn: Callable
     description: str
+    classes: tuple | None = None
 
 
-def _k(name, kind, op, fn):
-    return Kernel(name, kind, op, fn, " ".join((fn.__doc__ or "").split()))
+def _k(name, kind, op, fn, classes=None):
+    return Kernel(name, kind, op, fn, " ".join((fn.__doc__ or "").split()), classes)
 
 
 #: The zoo, correct kernels first.
@@ -421,6 +465,20 @@ ZOO = (
     _k("RMS, sequential sum", "correct", "rms_norm", rms_sequential),
     _k("RMS, warp-tree sum", "correct", "rms_norm", rms_warp_tree),
     _k("RMS, rsqrt +-2 ulp", "correct", "rms_norm", rms_rsqrt_2ulp),
+    _k(
+        "statistics stored in the input format",
+        "design",
+        "layer_norm",
+        stats_in_input_format,
+        ("stats_in_input_format",),
+    ),
+    _k(
+        "Llama RMSNorm: cast, then weighted",
+        "design",
+        "rms_norm",
+        llama_rms,
+        ("cast_then_weighted",),
+    ),
     _k("one pass in float32", "defective", "layer_norm", one_pass_float32),
     _k("all in the input format", "defective", "layer_norm", all_in_input_format),
     _k("eps after rounding", "defective", "layer_norm", eps_after_rounding),
@@ -433,6 +491,8 @@ ZOO = (
     _k("rstd stored in bfloat16", "defective", "layer_norm", rstd_bfloat16),
     _k("eps stored in float16", "defective", "layer_norm", eps_float16),
     _k("RMS, eps after the square root", "defective", "rms_norm", rms_eps_after_sqrt),
+    _k("mean rounded to float16", "defective", "layer_norm", mean_float16),
+    _k("12-bit rsqrt", "defective", "layer_norm", rsqrt_12bit),
 )
 
 
