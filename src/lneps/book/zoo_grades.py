@@ -57,6 +57,14 @@ def _families(dtype, d, rows, seed):
     return lt.families(dtype, d, rows=rows, seed=seed)
 
 
+def _checks(op, x, g, b, eps, dtype, exact, stats, kernels=None):
+    """The derived bound and the test across rows on one input: for the default classes, or
+    for ``kernels`` (a design's own)."""
+    kw = dict(x=x, gamma=g, beta=b, eps=eps, exact=exact, stats=stats)
+    cls = {} if kernels is None else {"kernels": kernels}
+    return forward_bound(op, **kw, **cls), ScaleTest(op, dtype=dtype, **kw, **cls)
+
+
 def make_case(op, dtype, d, eps, family, rows=16, seed=0):
     """The :class:`Case` for one point of the grid (None where the family does not exist)."""
     fam = _families(np.dtype(dtype), d, rows, seed).get(family)
@@ -73,8 +81,7 @@ def make_case(op, dtype, d, eps, family, rows=16, seed=0):
         else:
             y, rstd = lneps.rms_norm(x64, g, eps=eps, return_stats=True)
             stats = (rstd,)
-    bound = forward_bound(op, x=x, gamma=g, beta=b, eps=eps, exact=y, stats=stats)
-    test = ScaleTest(op, x=x, gamma=g, beta=b, eps=eps, dtype=dtype, exact=y, stats=stats)
+    bound, test = _checks(op, x, g, b, eps, dtype, y, stats)
     return Case(op, np.dtype(dtype), d, eps, family, x, g, b, y, stats, bound, test)
 
 
@@ -87,26 +94,8 @@ def grade_case(kernel, case):
     bound, test = case.bound, case.test
     if kernel.classes:  # a design: graded against its own class, bound and test across rows
         c = case
-        bound = forward_bound(
-            c.op,
-            x=c.x,
-            gamma=c.gamma,
-            beta=c.beta,
-            eps=c.eps,
-            exact=c.exact,
-            stats=c.stats,
-            kernels=kernel.classes,
-        )
-        test = ScaleTest(
-            c.op,
-            x=c.x,
-            gamma=c.gamma,
-            beta=c.beta,
-            eps=c.eps,
-            dtype=c.dtype,
-            exact=c.exact,
-            stats=c.stats,
-            kernels=kernel.classes,
+        bound, test = _checks(
+            c.op, c.x, c.gamma, c.beta, c.eps, c.dtype, c.exact, c.stats, kernel.classes
         )
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(err == 0, 0.0, err / bound)
