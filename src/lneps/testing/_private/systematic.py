@@ -145,7 +145,7 @@ class ScaleBias:
         r"""About how many rows like these the test needs to catch a systematic relative scale
         error ``scale`` (e.g. :math:`-1/(2d)`, the d - 1 variance): the random part of the
         threshold shrinks as :math:`1/\sqrt{n}`, the allowance does not, so
-        :math:`n\,(\lambda S/(|s| - A))^2`, at least :attr:`min_rows`. None where no number
+        :math:`n\,(\lambda S/(|s| - A))^2`, at least ``min_rows``. None where no number
         of rows suffices (:math:`|s|` within the allowance) or the test did not apply."""
         allowance = self.allowance_low if scale < 0 else self.allowance_high
         if self.verdict == "not applicable" or not abs(scale) > allowance:
