@@ -261,3 +261,14 @@ def test_the_zoo(g):
 def test_no_framework_is_imported():
     code = "\n".join(c.source for c in read(NB).cells if c.cell_type == "code")
     assert "import torch" not in code and "jax" not in code
+
+
+def test_the_mean_rounded_to_float16(g):
+    # the shift is |fl16(mean) - mean| / std, at most, on the 16 rows of N(0, 1) numbers
+    x = families(np.float16, 4096, rows=16)["normal"].x.astype(np.float64)
+    mean, std = x.mean(axis=-1), x.std(axis=-1)
+    shift = float(np.max(np.abs(mean.astype(np.float16).astype(np.float64) - mean) / std))
+    assert g["mf16_shift"] == sci(shift, 1) and shift < 2.0**-10 / 10  # a tenth of an ulp of 1, less
+    assert g["mf16_ulps"] == _num(shift / 2.0**-10)
+    first, second, third = (int(v) for v in g["mf16_catches"].split(", "))
+    assert first >= second >= third  # fewer as d grows
