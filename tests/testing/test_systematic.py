@@ -157,3 +157,19 @@ def test_the_result_says_what_it_could_have_caught():
     # with enough rows the float32 test reaches it, and says nothing more
     sb32 = _run(kz.two_pass_pairwise, families(np.float32, 4096, rows=64)["normal"].x)
     assert sb32.low > -1 / (2 * 4096) and "could not" not in sb32.coverage()
+
+
+def test_an_eps_is_named_only_when_the_rows_imply_another():
+    # "eps of about 1e-05 used for 1e-05" named a rounded rstd or a 16-bit sum as a wrong eps
+    assert S._eps_pattern(1.0e-5, 1e-5) is None and S._eps_pattern(9.9e-6, 1e-5) is None
+    assert S._eps_pattern(None, 1e-5) is None
+    assert S._eps_pattern(1e-6, 1e-5) == "eps of about 1e-06 used for 1e-05"
+    assert S._eps_pattern(1e-9, 1e-5) == "eps ignored"
+    # and eps / 10 is still named, on the rows that show it
+    x = families(np.float32, 768, rows=64)["normal"].x
+    sb = _run(kz.eps_tenth, x)
+    assert (
+        sb.verdict == "fail"
+        and sb.suspect.startswith("eps of about")
+        and "used for 1e-05" in sb.suspect
+    )

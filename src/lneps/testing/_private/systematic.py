@@ -611,6 +611,15 @@ def _grouped_norm(x, column, v):
     return np.sqrt(np.bincount(owner, weights=sums * sums, minlength=rows))
 
 
+def _eps_pattern(fitted, eps):
+    """The name of the eps the rows imply, or None where they imply none or the one given: an
+    eps within a factor 2 of ``eps`` names no other eps (a kernel whose rows follow that pattern
+    has another defect, a rounded rstd or a 16-bit sum, which only looks like it)."""
+    if fitted is None or (eps > 0 and 0.5 <= fitted / eps <= 2):
+        return None
+    return _PATTERNS[2] if fitted < 0.05 * eps else f"eps of about {fitted:.2g} used for {eps:g}"
+
+
 def _suspect(op, d, eps, sig2, s, om, stat, low, high, noise):
     """The known defect whose predicted per-row scale error matches the rows, or None: its
     weighted mean lies outside [low, high] (it would show) and within half the test's width of
@@ -621,11 +630,9 @@ def _suspect(op, d, eps, sig2, s, om, stat, low, high, noise):
     width = high - low
     patterns = _patterns(op, d, sig2, eps)
     fitted = _fit_eps(sig2, eps, om, stat)
-    if fitted is not None:
+    name = _eps_pattern(fitted, eps)
+    if name is not None:
         del patterns[_PATTERNS[2]]
-        name = (
-            _PATTERNS[2] if fitted < 0.05 * eps else f"eps of about {fitted:.2g} used for {eps:g}"
-        )
         with np.errstate(all="ignore"):
             patterns[name] = np.sqrt((sig2 + eps) / (sig2 + fitted)) - 1
     for name, pred in patterns.items():
