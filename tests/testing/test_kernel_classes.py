@@ -98,3 +98,38 @@ def test_the_design_classes_still_catch_defects():
         eps=1e-5,
         kernels=("cast_then_weighted",),
     )
+
+
+def _torch_cpu_backward(x, dy, g, eps=1e-5, sign=-1):
+    """dx as torch's CPU kernel computes it in 16 bits: the statistics of the forward pass in
+    float32, saved in the input format (mean and rstd), the rest in float32. ``sign=+1``: the
+    term u * mean(g u) with the wrong sign."""
+    dt, xf = x.dtype, x.astype(F32)
+    mu = xf.mean(axis=-1, keepdims=True, dtype=F32)
+    t = xf - mu
+    r = F32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True, dtype=F32) + F32(eps))
+    mu16, r16 = mu.astype(dt).astype(F32), r.astype(dt).astype(F32)
+    u = (xf - mu16) * r16
+    gh = dy.astype(F32) * g.astype(F32)
+    inner = gh - gh.mean(axis=-1, keepdims=True) + sign * u * (gh * u).mean(axis=-1, keepdims=True)
+    return (inner * r16).astype(dt)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=str)
+def test_torch_s_cpu_backward_passes_its_own_class_and_the_wrong_sign_fails_it(dtype):
+    rng = np.random.default_rng(3)
+    own = dict(op="layer_norm_backward", wrt="x", eps=1e-5, kernels=("stats_in_input_format",))
+    default_fails = 0
+    for offset in (0.0, 3.0, 20.0):
+        x = (rng.normal(size=(16, 256)) + offset).astype(dtype)
+        dy = rng.normal(size=(16, 256)).astype(dtype)
+        g = rng.uniform(0.5, 2, size=256).astype(dtype)
+        dx = _torch_cpu_backward(x, dy, g)
+        lt.assert_close(dx, x=x, dy=dy, gamma=g, **own)
+        try:
+            lt.assert_close(dx, x=x, dy=dy, gamma=g, op="layer_norm_backward", wrt="x", eps=1e-5)
+        except AssertionError:
+            default_fails += 1
+        with pytest.raises(AssertionError, match="wrong sign"):
+            lt.assert_close(_torch_cpu_backward(x, dy, g, sign=1), x=x, dy=dy, gamma=g, **own)
+    assert default_fails >= 1

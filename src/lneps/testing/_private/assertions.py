@@ -72,6 +72,7 @@ def default_tolerance(
             eps=eps,
             dtype=actual_dtype,
             axis=axis,
+            kernels=kernels,
         )
     name = op if isinstance(op, str) else getattr(op, "__name__", "a callable op")
     raise ValueError(

@@ -85,6 +85,7 @@ from ... import norms
 from ..._checks import check_axis, check_eps
 from ...formats import format_of, ulp
 from .arguments import FORMATS, as_numpy
+from .kernel_classes import check_kernels
 
 __all__ = ["backward_bound", "backward_scale", "BACKWARD_OPS", "BACKWARD_WRT"]
 
@@ -195,7 +196,9 @@ def backward_scale(op, wrt, *, x, dy, gamma=None, eps, axis=-1) -> np.ndarray:
     return rows.back(s) if wrt == "x" else s
 
 
-def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> np.ndarray:
+def backward_bound(
+    op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1, kernels=None
+) -> np.ndarray:
     r"""Per element of the gradient ``wrt`` (``"x"``, ``"gamma"`` or ``"beta"``) of ``op``
     (``"layer_norm"`` or ``"rms_norm"``) for input ``x``, upstream gradient ``dy`` and gain
     ``gamma``, the largest error, in ulp of :math:`\max(|\text{exact}|, s)` in ``dtype``
@@ -203,7 +206,11 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
     in float32 (float64 for float64 output) can make (the model and the derivation: module
     docstring). s is :func:`backward_scale`'s. x, dy and gamma must be exact in the
     accumulation format; ``axis`` is the normalized axis. Returns a float64 array of x's
-    shape (``"x"``) or of shape (d,).
+    shape (``"x"``) or of shape (d,). ``kernels=("stats_in_input_format",)``
+    (:data:`lneps.testing.DESIGN_CLASSES`): the statistics the forward pass saved are stored in
+    x's format, as torch's CPU kernels keep them, so rstd is off by a further factor within
+    :math:`1 + u_{in}` and the mean by :math:`u_{in}|\mu|` (the other classes name forward
+    kernels and change nothing here).
 
     >>> import numpy as np
     >>> x = np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32)
@@ -212,6 +219,9 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
     >>> b.shape, bool(np.all((b > 0.5) & (b < 40)))
     ((1, 4), True)
     """
+    stored = kernels is not None and "stats_in_input_format" in check_kernels(kernels)
+    x_dt = as_numpy(x, "x").dtype
+    u_in = format_of(x_dt).u if stored and x_dt != np.float64 else 0.0
     rows = _Rows(op, wrt, x, dy, gamma, eps, axis, dtype)
     u, eta, n, d = rows.u, rows.eta, rows.X.shape[0], rows.d
     gm = lambda k: _gamma(k, u)  # noqa: E731
@@ -231,6 +241,10 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
         R = np.maximum(R_lo, 1 - (1 - psi) / np.sqrt(1 + rho_hi))
         R = np.where(np.isnan(R), np.inf, R)
         R_lo = np.where(np.isnan(R_lo), np.inf, R_lo)
+        if u_in:  # statistics stored in the input format: rstd rounded, the mean rounded
+            R, R_lo = (1 + R) * (1 + u_in) - 1, (1 + R_lo) * (1 + u_in) - 1
+            if rows.layer:
+                D = D + u_in * (np.abs(X.mean(axis=1, keepdims=True)) * r + D) * (1 + 2.0**-40)
         E = au * ((1 + R) * (1 + u) ** 2 - 1) + D * (1 + R) * (1 + u) ** 2 + eta  # |u^ - u|
         N = np.sqrt(d) * (1 + u) * (1 + psi) / np.sqrt(1 - gm(d + 5))
         eps_acc = float(np.float64(rows.eps).astype(np.float64 if rows.wide else np.float32))
