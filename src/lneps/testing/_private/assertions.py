@@ -118,7 +118,8 @@ def assert_close(
     Tolerance. ``max_ulp=None`` (the default) is the derived bound of a correct kernel of that
     op in actual's format (:func:`default_tolerance`): per element, the largest scaled error
     any correct kernel can make (two-pass, Welford or Chan-merged statistics accumulated in
-    float32, or one pass in float64; a reciprocal square root within 2 ulp; the affine step in
+    float32, or one pass in float64; a reciprocal square root within 2 ulp of the correctly
+    rounded one, 2.5 ulp of the exact value; the affine step in
     any order), plus, for layer_norm and rms_norm over enough rows, a test across rows for a
     scale error every row shares (:func:`lneps.testing.scale_bias`), which catches the d - 1
     variance and epsilon added after the square root where no per-element bound can.
