@@ -71,14 +71,27 @@ BLOCK_ELEMENTS = 1 << 18  # rows per block when making the inputs: a few MB of t
 TIMEOUT = 3600
 
 LNEPS_CALL = "lneps.testing.assert_close(actual, x=x, eps=1e-5)"
-TORCH_CALL = ("torch.testing.assert_close(actual_t, torch.nn.functional.layer_norm(x_t.double(), (d,), "
-              "eps=1e-5).to(actual_t.dtype))")
-TORCH_CALL_NO_DTYPE = ("torch.testing.assert_close(actual_t, torch.nn.functional.layer_norm(x_t.double(), (d,), "
-                       "eps=1e-5), check_dtype=False)")
-TOOLS = {"lneps": LNEPS_CALL, "torch": TORCH_CALL, "torch_check_dtype_false": TORCH_CALL_NO_DTYPE}
+TORCH_CALL = (
+    "torch.testing.assert_close(actual_t, torch.nn.functional.layer_norm(x_t.double(), (d,), "
+    "eps=1e-5).to(actual_t.dtype))"
+)
+TORCH_CALL_NO_DTYPE = (
+    "torch.testing.assert_close(actual_t, torch.nn.functional.layer_norm(x_t.double(), (d,), "
+    "eps=1e-5), check_dtype=False)"
+)
+TORCH_CALL_REFERENCE_GIVEN = (
+    "torch.testing.assert_close(actual_t, expected)  # expected made beforehand, untimed"
+)
+TOOLS = {
+    "lneps": LNEPS_CALL,
+    "torch": TORCH_CALL,
+    "torch_check_dtype_false": TORCH_CALL_NO_DTYPE,
+    "torch_reference_given": TORCH_CALL_REFERENCE_GIVEN,
+}
 
 
 # --- in the subprocess: one case --------------------------------------------------------------
+
 
 def _status() -> dict:
     """VmRSS and VmHWM of this process, in bytes."""
@@ -111,10 +124,10 @@ def _inputs(np, dtype, shape, seed=0):
     eps = np.float32(EPS)
     for i in range(0, rows, step):
         block = rng.standard_normal((min(step, rows - i), d), dtype=np.float32)
-        x[i:i + step] = block
-        x32 = x[i:i + step].astype(np.float32)
+        x[i : i + step] = block
+        x32 = x[i : i + step].astype(np.float32)
         v = x32 - x32.mean(axis=-1, keepdims=True)
-        actual[i:i + step] = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + eps)
+        actual[i : i + step] = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + eps)
     return x, actual
 
 
@@ -144,11 +157,19 @@ def _case(tool: str, dtype_name: str, shape: tuple, runs: int, max_ulp: float | 
 
         torch.set_num_threads(1)
         keep = tool == "torch_check_dtype_false"
+        given = tool == "torch_reference_given"
 
         def prepare(x, actual):
-            return torch.from_numpy(x), torch.from_numpy(actual)
+            x_t, actual_t = torch.from_numpy(x), torch.from_numpy(actual)
+            if given:  # the reference computed here, outside the timing and the memory figure
+                return F.layer_norm(x_t.double(), (x_t.shape[-1],), eps=EPS).to(
+                    actual_t.dtype
+                ), actual_t
+            return x_t, actual_t
 
         def grade(x_t, actual_t):
+            if given:  # x_t is the reference here
+                return torch.testing.assert_close(actual_t, x_t)
             expected = F.layer_norm(x_t.double(), (x_t.shape[-1],), eps=EPS)
             if keep:
                 return torch.testing.assert_close(actual_t, expected, check_dtype=False)
@@ -189,19 +210,37 @@ def _case(tool: str, dtype_name: str, shape: tuple, runs: int, max_ulp: float | 
             rss_before = before["VmRSS"]
     x = args[0]
     return {
-        "tool": tool, "call": TOOLS[tool] if max_ulp is None else LNEPS_CALL.replace(")", f", max_ulp={max_ulp:g})"),
-        "dtype": dtype_name, "shape": list(shape), "version": version,
-        "seconds": min(seconds), "runs": [round(s, 4) for s in seconds],
-        "extra_memory_mb": max(extra) / 2**20, "extra_memory_runs_mb": [round(e / 2**20, 2) for e in extra],
-        "extra_memory_input_copies": max(extra) / (x.numel() * x.element_size() if hasattr(x, "numel") else x.nbytes),
-        "rss_before_mb": rss_before / 2**20, "hwm_reset": reset_ok,
-        "passed": passed, "error": error, "warm_up_error": warm_error,
-        "threads": {**{v: os.environ.get(v) for v in THREAD_VARS},
-                    **({"torch.get_num_threads()": sys.modules["torch"].get_num_threads()} if tool != "lneps" else {})},
+        "tool": tool,
+        "call": TOOLS[tool]
+        if max_ulp is None
+        else LNEPS_CALL.replace(")", f", max_ulp={max_ulp:g})"),
+        "dtype": dtype_name,
+        "shape": list(shape),
+        "version": version,
+        "seconds": min(seconds),
+        "runs": [round(s, 4) for s in seconds],
+        "extra_memory_mb": max(extra) / 2**20,
+        "extra_memory_runs_mb": [round(e / 2**20, 2) for e in extra],
+        "extra_memory_input_copies": max(extra)
+        / (x.numel() * x.element_size() if hasattr(x, "numel") else x.nbytes),
+        "rss_before_mb": rss_before / 2**20,
+        "hwm_reset": reset_ok,
+        "passed": passed,
+        "error": error,
+        "warm_up_error": warm_error,
+        "threads": {
+            **{v: os.environ.get(v) for v in THREAD_VARS},
+            **(
+                {"torch.get_num_threads()": sys.modules["torch"].get_num_threads()}
+                if tool != "lneps"
+                else {}
+            ),
+        },
     }
 
 
 # --- in the parent: the cases, the ratios, the table ------------------------------------------
+
 
 def _run_case(tool, dtype, shape, runs, max_ulp, python, env, cwd) -> dict:
     cmd = [python, str(HERE), "--case", tool, dtype, str(shape[0]), str(shape[1]), str(runs)]
@@ -210,19 +249,27 @@ def _run_case(tool, dtype, shape, runs, max_ulp, python, env, cwd) -> dict:
     env = dict(os.environ if env is None else env)
     env.update({v: "1" for v in THREAD_VARS})
     try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+        proc = subprocess.run(
+            cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+        )
     except subprocess.TimeoutExpired:
         return {"tool": tool, "error": f"timeout after {TIMEOUT} s", "failed": True}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-3:]
+        tail = (
+            proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+        ).splitlines()[-3:]
         return {"tool": tool, "error": " | ".join(tail)[-500:], "failed": True}
     return json.loads(lines[-1])
 
 
 def _torch_available(python, env) -> str | None:
-    proc = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -230,50 +277,98 @@ def _ok(m) -> bool:
     return isinstance(m, dict) and not m.get("failed")
 
 
-def measure(quick: bool = False, *, max_ulp: float | None = None, python: str | None = None,
-            env: dict | None = None, cwd=None, progress=None) -> dict:
+def measure(
+    quick: bool = False,
+    *,
+    max_ulp: float | None = None,
+    python: str | None = None,
+    env: dict | None = None,
+    cwd=None,
+    progress=None,
+) -> dict:
     """Every case, each in a fresh subprocess of ``python`` (this interpreter by default)."""
     python = python or sys.executable
     shape = QUICK_SHAPE if quick else SHAPE
     long_shape = QUICK_LONG_SHAPE if quick else LONG_SHAPE
     torch_version = _torch_available(python, env)
-    tools = ("lneps", "torch", "torch_check_dtype_false") if torch_version else ("lneps",)
+    tools = (
+        ("lneps", "torch", "torch_check_dtype_false", "torch_reference_given")
+        if torch_version
+        else ("lneps",)
+    )
     notes = []
     if not torch_version:
         notes.append("torch is missing from this environment: lneps's figures alone, no ratios")
     if max_ulp is not None:
-        notes.append(f"lneps graded with max_ulp={max_ulp:g}, NOT the default (derived) tolerance: "
-                     "these figures do not judge the targets")
+        notes.append(
+            f"lneps graded with max_ulp={max_ulp:g}, NOT the default (derived) tolerance: "
+            "these figures do not judge the targets"
+        )
     out = {
-        "quick": quick, "runs": RUNS, "eps": EPS, "torch": torch_version, "lneps_call": LNEPS_CALL,
-        "torch_call": TORCH_CALL, "torch_call_info": TORCH_CALL_NO_DTYPE,
-        "lneps_max_ulp": max_ulp, "targets": {"time": TIME_TARGET, "memory": MEMORY_TARGET},
-        "threads": 1, "load_avg_start": os.getloadavg(), "cases": {}, "notes": notes,
+        "quick": quick,
+        "runs": RUNS,
+        "eps": EPS,
+        "torch": torch_version,
+        "lneps_call": LNEPS_CALL,
+        "torch_call": TORCH_CALL,
+        "torch_call_info": TORCH_CALL_NO_DTYPE,
+        "lneps_max_ulp": max_ulp,
+        "targets": {"time": TIME_TARGET, "memory": MEMORY_TARGET},
+        "threads": 1,
+        "load_avg_start": os.getloadavg(),
+        "cases": {},
+        "notes": notes,
     }
     plan = [(f"{dt} {shape[0]} x {shape[1]}", dt, shape, RUNS, True) for dt in DTYPES]
-    plan.append((f"float32 {long_shape[0]} x 2**{long_shape[1].bit_length() - 1}", "float32", long_shape, 1, False))
+    plan.append(
+        (
+            f"float32 {long_shape[0]} x 2**{long_shape[1].bit_length() - 1}",
+            "float32",
+            long_shape,
+            1,
+            False,
+        )
+    )
     for name, dt, shp, runs, judged in plan:
         case = {"judged": judged}
         for tool in tools:
-            if tool == "torch_check_dtype_false" and not judged:
+            if tool in ("torch_check_dtype_false", "torch_reference_given") and not judged:
                 continue
             if progress:
                 progress(f"grading cost: {name}, {tool}")
-            case[tool] = _run_case(tool, dt, shp, runs, max_ulp if tool == "lneps" else None, python, env, cwd)
+            case[tool] = _run_case(
+                tool, dt, shp, runs, max_ulp if tool == "lneps" else None, python, env, cwd
+            )
         lm, tm = case.get("lneps"), case.get("torch")
         if _ok(lm) and _ok(tm):
             case["time_ratio"] = lm["seconds"] / tm["seconds"]
-            case["memory_ratio"] = lm["extra_memory_mb"] / tm["extra_memory_mb"] if tm["extra_memory_mb"] > 0 else None
+            case["memory_ratio"] = (
+                lm["extra_memory_mb"] / tm["extra_memory_mb"] if tm["extra_memory_mb"] > 0 else None
+            )
+            rg = case.get("torch_reference_given")
+            if _ok(rg):  # the other reading: torch's float64 reference not in its figures
+                case["time_ratio_reference_untimed"] = lm["seconds"] / rg["seconds"]
+                case["memory_ratio_reference_untimed"] = (
+                    lm["extra_memory_mb"] / rg["extra_memory_mb"]
+                    if rg["extra_memory_mb"] > 0
+                    else None
+                )
             if judged and max_ulp is None:  # with max_ulp= given the figures judge nothing
                 case["time_target_met"] = case["time_ratio"] <= TIME_TARGET
-                case["memory_target_met"] = case["memory_ratio"] is not None and case["memory_ratio"] <= MEMORY_TARGET
+                case["memory_target_met"] = (
+                    case["memory_ratio"] is not None and case["memory_ratio"] <= MEMORY_TARGET
+                )
         for tool in tools:
             m = case.get(tool)
             if isinstance(m, dict) and (m.get("failed") or not m.get("passed", True)):
-                notes.append(f"{name}: {tool} {'failed to run' if m.get('failed') else 'did not pass'}: "
-                             f"{(m.get('error') or '').splitlines()[0][:300] if m.get('error') else ''}")
+                notes.append(
+                    f"{name}: {tool} {'failed to run' if m.get('failed') else 'did not pass'}: "
+                    f"{(m.get('error') or '').splitlines()[0][:300] if m.get('error') else ''}"
+                )
             if isinstance(m, dict) and m.get("hwm_reset") is False:
-                notes.append(f"{name}: {tool}: /proc/self/clear_refs refused, memory from the first run only")
+                notes.append(
+                    f"{name}: {tool}: /proc/self/clear_refs refused, memory from the first run only"
+                )
         out["cases"][name] = case
     out["load_avg_end"] = os.getloadavg()
     return out
@@ -288,13 +383,20 @@ def targets(r: dict) -> dict:
         if not c.get("judged"):
             continue
         if "time_target_met" in c:
-            out[f"lneps.testing.assert_close, {name}: time <= {TIME_TARGET:g} x torch.testing "
-                f"({c['time_ratio']:.2f} x)"] = c["time_target_met"]
+            out[
+                f"lneps.testing.assert_close, {name}: time <= {TIME_TARGET:g} x torch.testing ({c['time_ratio']:.2f} x)"
+            ] = c["time_target_met"]
             mr = c["memory_ratio"]
-            out[f"lneps.testing.assert_close, {name}: extra memory <= {MEMORY_TARGET:g} x torch.testing "
-                f"({'n/a' if mr is None else f'{mr:.2f} x'})"] = c["memory_target_met"]
+            out[
+                f"lneps.testing.assert_close, {name}: extra memory <= {MEMORY_TARGET:g} x torch.testing "
+                f"({'n/a' if mr is None else f'{mr:.2f} x'})"
+            ] = c["memory_target_met"]
         else:
-            why = "max_ulp given" if r.get("lneps_max_ulp") is not None else "torch missing or a case failed"
+            why = (
+                "max_ulp given"
+                if r.get("lneps_max_ulp") is not None
+                else "torch missing or a case failed"
+            )
             out[f"lneps.testing.assert_close, {name}: against torch.testing"] = f"n/a ({why})"
     return out
 
@@ -316,19 +418,38 @@ def rows(r: dict) -> list[tuple[str, str, str]]:
     for name, c in r["cases"].items():
         lm, tm, tf = c.get("lneps"), c.get("torch"), c.get("torch_check_dtype_false")
         time_col = f"{lm['seconds']:.2f} s" if _ok(lm) else "error"
-        notes = [f"lneps {_fmt_tool(lm)} (runs {lm.get('runs')}, "
-                 f"{lm.get('extra_memory_input_copies', 0):.2f} input copies)"
-                 if _ok(lm) else f"lneps {_fmt_tool(lm)}"]
+        notes = [
+            f"lneps {_fmt_tool(lm)} (runs {lm.get('runs')}, {lm.get('extra_memory_input_copies', 0):.2f} input copies)"
+            if _ok(lm)
+            else f"lneps {_fmt_tool(lm)}"
+        ]
         if tm is not None:
             notes.append(f"torch.testing {_fmt_tool(tm)}")
         if "time_ratio" in c:
             mr = c["memory_ratio"]
-            memory = "n/a" if mr is None else f"{mr:.2f} x"
-            notes.append(f"ratios lneps/torch: time {c['time_ratio']:.2f} x, memory {memory}")
+            notes.append(
+                f"ratios lneps/torch: time {c['time_ratio']:.2f} x, memory {'n/a' if mr is None else f'{mr:.2f} x'}"
+            )
         if tf is not None:
             notes.append(f"torch with check_dtype=False (float64 reference kept) {_fmt_tool(tf)}")
-        out.append((f"Grading {name} (lneps.testing.assert_close default vs torch.testing)", time_col,
-                    "; ".join(notes)))
+        rg = c.get("torch_reference_given")
+        if rg is not None:
+            notes.append(
+                f"torch.testing with its reference made beforehand (untimed) {_fmt_tool(rg)}"
+            )
+        if "time_ratio_reference_untimed" in c:
+            mu = c["memory_ratio_reference_untimed"]
+            notes.append(
+                f"ratios lneps/torch, torch's reference untimed: time {c['time_ratio_reference_untimed']:.2f} x, "
+                f"memory {'n/a' if mu is None else f'{mu:.2f} x'}"
+            )
+        out.append(
+            (
+                f"Grading {name} (lneps.testing.assert_close default vs torch.testing)",
+                time_col,
+                "; ".join(notes),
+            )
+        )
     return out
 
 
@@ -339,13 +460,15 @@ def table(r: dict) -> str:
         f"lneps: `{r['lneps_call']}`"
         + (f" with max_ulp={r['lneps_max_ulp']:g}" if r["lneps_max_ulp"] is not None else ""),
         f"torch {r['torch'] or '(missing)'}: `{r['torch_call']}` (reference computed inside the timed call); "
-        f"for information: `{r['torch_call_info']}`",
+        f"for information: `{r['torch_call_info']}`, and torch's call with its reference made beforehand, "
+        "outside the timing and the memory figure (the ratios in the last columns)",
         f"Load average (1 min) {r['load_avg_start'][0]:.1f} -> {r['load_avg_end'][0]:.1f} on {os.cpu_count()} CPUs: "
         "the cases run one after another, so load that comes and goes moves the ratios.",
         "",
-        "| case | lneps time | torch time | time ratio (<= 3) | lneps extra MB | torch extra MB "
-        "| memory ratio (<= 1.5) | torch check_dtype=False | passed (lneps / torch) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| case | lneps time | torch time | time ratio (<= 3) | lneps extra MB | torch extra MB | memory ratio (<= 1.5) "
+        "| torch check_dtype=False | passed (lneps / torch) | time ratio, torch's reference untimed "
+        "| memory ratio, torch's reference untimed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, c in r["cases"].items():
         lm, tm, tf = c.get("lneps"), c.get("torch"), c.get("torch_check_dtype_false")
@@ -358,36 +481,66 @@ def table(r: dict) -> str:
                 return "n/a"
             if not c["judged"]:
                 return f"{ratio:.2f} x (no target)"
-            return f"{ratio:.2f} x" + (" (not judged)" if ok is None else " met" if ok else " NOT met")
+            return f"{ratio:.2f} x" + (
+                " (not judged)" if ok is None else " met" if ok else " NOT met"
+            )
 
         tr = met(c.get("time_ratio"), c.get("time_target_met")) if "time_ratio" in c else "-"
         mr = met(c.get("memory_ratio"), c.get("memory_target_met")) if "time_ratio" in c else "-"
-        passed = " / ".join(("yes" if m["passed"] else "NO") if _ok(m) else "-" for m in (lm, tm) if m is not None)
+        passed = " / ".join(
+            ("yes" if m["passed"] else "NO") if _ok(m) else "-" for m in (lm, tm) if m is not None
+        )
         lines.append(
             f"| {name} | {cell(lm, 'seconds', '{:.3f} s')} | {cell(tm, 'seconds', '{:.3f} s')} | {tr} "
             f"| {cell(lm, 'extra_memory_mb', '{:.1f}')} | {cell(tm, 'extra_memory_mb', '{:.1f}')} | {mr} "
-            f"| {_fmt_tool(tf) if tf is not None else '-'} | {passed} |")
+            f"| {_fmt_tool(tf) if tf is not None else '-'} | {passed} "
+            f"| {met(c.get('time_ratio_reference_untimed'), None) if 'time_ratio_reference_untimed' in c else '-'} "
+            f"| {met(c.get('memory_ratio_reference_untimed'), None) if 'time_ratio_reference_untimed' in c else '-'} |"
+        )
     lines += [f"\nNote: {n}" for n in r["notes"]]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="What lneps.testing.assert_close costs against torch.testing.")
-    parser.add_argument("--quick", action="store_true",
-                        help="1024 x 1024 and 8 x 2**20 instead of 4096 x 4096 and 64 x 2**20")
-    parser.add_argument("--json", action="store_true", help="print one line of JSON (for bench/run.py)")
-    parser.add_argument("--write", action="store_true",
-                        help="also store the figures under the key testing_cost of bench/results.json (the rest kept)")
-    parser.add_argument("--max-ulp", type=float, default=None,
-                        help="grade with this max_ulp instead of the default tolerance (development only)")
-    parser.add_argument("--case", nargs=5, metavar=("TOOL", "DTYPE", "ROWS", "COLS", "RUNS"), help=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        description="What lneps.testing.assert_close costs against torch.testing."
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1024 x 1024 and 8 x 2**20 instead of 4096 x 4096 and 64 x 2**20",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one line of JSON (for bench/run.py)"
+    )
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="also store the figures under the key testing_cost of bench/results.json (the rest kept)",
+    )
+    parser.add_argument(
+        "--max-ulp",
+        type=float,
+        default=None,
+        help="grade with this max_ulp instead of the default tolerance (development only)",
+    )
+    parser.add_argument(
+        "--case", nargs=5, metavar=("TOOL", "DTYPE", "ROWS", "COLS", "RUNS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.case:
         tool, dtype, rows_, cols, runs = args.case
         print(json.dumps(_case(tool, dtype, (int(rows_), int(cols)), int(runs), args.max_ulp)))
         return 0
-    progress = None if args.json else (lambda msg: print(f"[testing_cost {time.strftime('%H:%M:%S')}] {msg}",
-                                                          file=sys.stderr, flush=True))
+    progress = (
+        None
+        if args.json
+        else (
+            lambda msg: print(
+                f"[testing_cost {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True
+            )
+        )
+    )
     r = measure(args.quick, max_ulp=args.max_ulp, progress=progress)
     print(json.dumps(r) if args.json else table(r))
     if args.write:

@@ -18,9 +18,20 @@ from lneps.book import zoo_grades as zg
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FORMATS = (np.float16, BF16, np.float32)
-FAMILIES = ("normal", "offset", "near_constant", "constant", "wide_range", "midpoint", "cancelling_beta")
-GRID = [(d, eps, 16) for d in (8, 9, 64, 100, 768, 1024) for eps in (1e-5, 1e-12)] + \
-    [(d, 0.0, 16) for d in (9, 64)] + [(d, eps, 8) for d in (4096, 8192) for eps in (1e-5, 1e-12)]
+FAMILIES = (
+    "normal",
+    "offset",
+    "near_constant",
+    "constant",
+    "wide_range",
+    "midpoint",
+    "cancelling_beta",
+)
+GRID = (
+    [(d, eps, 16) for d in (8, 9, 64, 100, 768, 1024) for eps in (1e-5, 1e-12)]
+    + [(d, 0.0, 16) for d in (9, 64)]
+    + [(d, eps, 8) for d in (4096, 8192) for eps in (1e-5, 1e-12)]
+)
 
 
 def _cases(op, dtype, d, eps, rows):
@@ -72,8 +83,10 @@ def _k(fn):
 
 
 def test_the_two_float32_defects_no_bound_can_see_are_caught_at_d_4096():
-    for fn, name in ((kz.unbiased_variance, "the d - 1 (unbiased) variance"),
-                     (kz.eps_after_sqrt, "eps added after the square root")):
+    for fn, name in (
+        (kz.unbiased_variance, "the d - 1 (unbiased) variance"),
+        (kz.eps_after_sqrt, "eps added after the square root"),
+    ):
         caught, g = _caught(_k(fn), "layer_norm", np.float32, 4096, 1e-5, "normal", rows=64)
         assert not g["bound"] and g["ratio"] < 0.5  # far inside the per-element bound
         assert g["systematic"] and g["scale"].suspect == name
@@ -82,22 +95,43 @@ def test_the_two_float32_defects_no_bound_can_see_are_caught_at_d_4096():
 def test_the_unbiased_variance_wherever_1_over_2d_shows():
     for dt in FORMATS:
         for d in (8, 9, 64):
-            assert _caught(_k(kz.unbiased_variance), "layer_norm", dt, d, 1e-5, "normal")[0], (dt, d)
+            assert _caught(_k(kz.unbiased_variance), "layer_norm", dt, d, 1e-5, "normal")[0], (
+                dt,
+                d,
+            )
     for d in (100, 768, 1024):
-        assert _caught(_k(kz.unbiased_variance), "layer_norm", np.float32, d, 1e-12, "normal", check="systematic")[0]
+        assert _caught(
+            _k(kz.unbiased_variance),
+            "layer_norm",
+            np.float32,
+            d,
+            1e-12,
+            "normal",
+            check="systematic",
+        )[0]
 
 
 def test_eps_after_the_square_root_in_float32():
     for d in (8, 64, 768):
         assert _caught(_k(kz.eps_after_sqrt), "layer_norm", np.float32, d, 1e-5, "normal")[0], d
-    assert _caught(_k(kz.rms_eps_after_sqrt), "rms_norm", np.float32, 1024, 1e-5, "normal", rows=64,
-                   check="systematic")[0]
+    assert _caught(
+        _k(kz.rms_eps_after_sqrt),
+        "rms_norm",
+        np.float32,
+        1024,
+        1e-5,
+        "normal",
+        rows=64,
+        check="systematic",
+    )[0]
 
 
 def test_eps_ignored_on_constant_and_near_constant_rows():
     for dt in FORMATS:
         for d in (8, 64, 768):
-            assert _caught(_k(kz.eps_ignored), "layer_norm", dt, d, 1e-5, "constant", check="bound")[0], (dt, d)
+            assert _caught(
+                _k(kz.eps_ignored), "layer_norm", dt, d, 1e-5, "constant", check="bound"
+            )[0], (dt, d)
     for d in (8, 64, 768):
         assert _caught(_k(kz.eps_ignored), "layer_norm", np.float16, d, 1e-5, "near_constant")[0], d
     caught, g = _caught(_k(kz.eps_ignored), "layer_norm", np.float32, 1024, 1e-5, "normal", rows=64)
@@ -109,23 +143,34 @@ def test_sixteen_bit_accumulation():
         for d in (768, 1024):
             assert _caught(_k(kz.accumulate_16bit), "layer_norm", dt, d, 1e-5, "normal")[0], (dt, d)
             if dt != np.float32:  # float32 offset rows defeat every float32 kernel alike
-                assert _caught(_k(kz.accumulate_16bit), "layer_norm", dt, d, 1e-5, "offset")[0], (dt, d)
+                assert _caught(_k(kz.accumulate_16bit), "layer_norm", dt, d, 1e-5, "offset")[0], (
+                    dt,
+                    d,
+                )
 
 
 def test_a_float32_one_pass_variance_on_offset_rows():
     for d in (8, 64, 768, 1024):
-        assert _caught(_k(kz.one_pass_float32), "layer_norm", np.float32, d, 1e-5, "offset", check="bound")[0], d
+        assert _caught(
+            _k(kz.one_pass_float32), "layer_norm", np.float32, d, 1e-5, "offset", check="bound"
+        )[0], d
 
 
 def test_statistics_stored_in_16_bits():
     for d in (8, 64, 768, 1024):
-        assert _caught(_k(kz.rstd_bfloat16), "layer_norm", np.float32, d, 1e-5, "normal", check="bound")[0], d
+        assert _caught(
+            _k(kz.rstd_bfloat16), "layer_norm", np.float32, d, 1e-5, "normal", check="bound"
+        )[0], d
     for d in (8, 64, 768):  # eps = 1e-12 is 0 in float16: constant float16 rows give NaN
-        assert _caught(_k(kz.eps_float16), "layer_norm", np.float16, d, 1e-12, "constant", check="bound")[0], d
+        assert _caught(
+            _k(kz.eps_float16), "layer_norm", np.float16, d, 1e-12, "constant", check="bound"
+        )[0], d
 
 
 def test_grade_returns_the_table():
-    rows = zg.grade(dtypes=(np.float32,), ds=(64,), eps_values=(1e-5,), families=("normal", "offset"), rows=16)
+    rows = zg.grade(
+        dtypes=(np.float32,), ds=(64,), eps_values=(1e-5,), families=("normal", "offset"), rows=16
+    )
     assert [r["name"] for r in rows] == [k.name for k in kz.ZOO]
     by = {r["name"]: r for r in rows}
     assert all(r["passed"] for r in rows if r["kind"] == "correct")

@@ -259,3 +259,107 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
     env = os.environ | {"PYTHONPATH": str(site)}
     printed = _run(code, cwd=tmp_path, env=env)
     assert printed.strip() == lneps.__version__
+
+
+# --- the faces: no module takes a private name from another -------------------------------------
+# A name with a leading underscore is its module's own; a module or package with one (lneps._checks,
+# lneps.testing._private) belongs to the package holding it. So nothing imports `_name` from
+# another module or reads `module._name`, and nothing outside a package imports its private
+# modules: the book, tools and bench use lneps.testing's public names, as users do.
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _module_name(path: Path) -> tuple[str, ...]:
+    """``("lneps", "testing", "_private", "arguments")`` for src/lneps/testing/_private/arguments.py;
+    outside src/, the path's own parts under the root (tools, bench, book)."""
+    rel = path.relative_to(SRC.parent) if SRC.parent in path.parents else path.relative_to(ROOT)
+    parts = rel.with_suffix("").parts
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+OWN = {("lneps",), ("tools",), ("bench",), ("book",)}
+
+
+def _face_breaks(tree: ast.AST, here: tuple[str, ...], is_package: bool) -> list[str]:
+    """Every import in ``tree`` (the module ``here``) that takes a private name of another module."""
+    package = here if is_package else here[:-1]
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        mine = []  # what this import breaks: told once
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else ()
+            target = base + tuple(node.module.split(".") if node.module else ())
+            if target[:1] not in OWN:
+                continue  # another project's privates are its business
+            paths = [target] + [target + (a.name,) for a in node.names]
+            for a in node.names:
+                if _private(a.name) and a.name != "_private":
+                    mine.append(f"from {'.' * node.level}{node.module or ''} import {a.name}")
+                else:
+                    modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            paths = [tuple(a.name.split(".")) for a in node.names if (a.name.split(".")[0],) in OWN]
+            modules.update(a.asname or a.name.split(".")[0] for a in node.names if (a.name.split(".")[0],) in OWN)
+        else:
+            continue
+        for path in paths:  # a private module of a package: only that package's own modules may import it
+            for k, part in enumerate(path):
+                if _private(part) and here[:k] != path[:k]:
+                    mine.append(f"{'.'.join(path)} (private to {'.'.join(path[:k])})")
+                    break
+        found += mine[:1]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and _private(node.attr)):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def _code_cells(path: Path) -> str:
+    import json
+
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    code = []
+    for c in cells:
+        src = "".join(c["source"])
+        if c["cell_type"] == "code" and not src.lstrip().startswith("%"):
+            code.append("\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    return "\n".join(code)
+
+
+FACE_SOURCES = sorted([*SRC.rglob("*.py"), *(ROOT / "tools").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+                       *(ROOT / "book").glob("*.ipynb")])
+# Modules that still read another module's private name, each owned elsewhere: strict xfail, so
+# the entry must go when its module is mended. (lneps.norms needs a public name for the estimate
+# lneps.testing grades against; the kernel and the book's tables share helpers privately.)
+FACE_KNOWN = {"src/lneps/testing/_private/arguments.py", "src/lneps/kernel/driver.py",
+              "src/lneps/kernel/with_stats.py", "src/lneps/naive.py", "src/lneps/book/eps_tables.py"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="owned elsewhere"))
+                                  if str(p.relative_to(ROOT)) in FACE_KNOWN else p for p in FACE_SOURCES],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_takes_a_private_name_from_another(path):
+    if path.suffix == ".ipynb":
+        tree, here, pkg = ast.parse(_code_cells(path)), ("book", path.stem), False
+    else:
+        tree, here, pkg = ast.parse(path.read_text(encoding="utf-8")), _module_name(path), path.name == "__init__.py"
+    assert _face_breaks(tree, here, pkg) == []
+
+
+def test_the_face_scan_sees_what_it_must():
+    # the scan itself, on imports that break the faces and on ones that keep them
+    here = ("lneps", "book", "zoo")
+    breaks = _face_breaks(ast.parse("from lneps.testing._private.systematic import ScaleTest\n"
+                                    "from .defaults import _same\nimport lneps.norms as n\nn._with_estimate\n"
+                                    "from lneps.testing import _private\nfrom numpy._core import _multiarray_umath\n"), here, False)
+    assert len(breaks) == 4, breaks
+    keeps = ("from lneps.testing import ScaleTest\nfrom .._checks import check_eps\nimport numpy as np\n"
+             "np.__version__\nfrom __future__ import annotations\n")
+    assert _face_breaks(ast.parse(keeps), here, False) == []
+    inside = ("from ._private.arguments import DEFAULT\n", ("lneps", "testing"), True)
+    assert _face_breaks(ast.parse(inside[0]), inside[1], inside[2]) == []
+    assert _face_breaks(ast.parse("from .arguments import as_numpy\n"),
+                        ("lneps", "testing", "_private", "grading"), False) == []

@@ -1,4 +1,4 @@
-"""lneps.testing.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
+"""lneps.testing._private.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
 exceed the derived tolerance, and defective ones do where their defect shows.
 
 Run with ``-s`` to see the measured ratios (worst error / bound) per kernel, family and d."""
@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 import lneps
+import lneps.testing as lt
 
-from lneps.testing import backward_error as bb
-from lneps.testing.backward_error import backward_bound, backward_scale
+from lneps.testing._private import backward_error as bb
+from lneps.testing._private.backward_error import backward_bound, backward_scale
 from lneps.formats import ulp
 
 F32 = np.float32
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(77)
 DS = (8, 64, 768, 4096)
-RATIOS = {}  # (kernel, op, family, d, format, wrt) -> worst error / bound
 
 
 # --- kernels ----------------------------------------------------------------------------------
@@ -117,7 +117,11 @@ def family(name, n, d, dt):
 def reference(op, x, g, gamma, eps, out, wrt):
     """(exact values, s, bound) of one gradient."""
     want = (lneps.layer_norm_backward if op == "layer_norm" else lneps.rms_norm_backward)(
-        x.astype(np.float64), g.astype(np.float64), None if gamma is None else gamma.astype(np.float64), eps=eps)
+        x.astype(np.float64),
+        g.astype(np.float64),
+        None if gamma is None else gamma.astype(np.float64),
+        eps=eps,
+    )
     want = np.asarray(getattr(want, wrt), dtype=np.float64)
     s = backward_scale(op, wrt, x=x, dy=g, gamma=gamma, eps=eps)
     return want, s, backward_bound(op, wrt, x=x, dy=g, gamma=gamma, eps=eps, dtype=out)
@@ -154,7 +158,7 @@ def test_correct_kernels_stay_within_the_bound(op, d, out):
         for name, kw in CORRECT.items():
             got = kernel(op, x, g, gamma, eps, out, **kw)
             for wrt, a in zip(WRT[op], got):
-                RATIOS[name, op, fam, d, str(out), wrt] = r = ratio(a, refs[wrt], out)
+                r = ratio(a, refs[wrt], out)
                 assert r <= 1.0, (name, fam, wrt, r)
 
 
@@ -175,10 +179,15 @@ def test_defects_exceed_the_bound_where_they_show(defect):
     for out in (np.dtype(np.float32), np.dtype(np.float16), BF16):
         for d in DS:
             for op in ("layer_norm",) if defect == "mean16" else ("layer_norm", "rms_norm"):
-                x = family("small" if op == "rms_norm" and fam == "near-constant" else fam, rows_for(d), d, out)
+                x = family(
+                    "small" if op == "rms_norm" and fam == "near-constant" else fam,
+                    rows_for(d),
+                    d,
+                    out,
+                )
                 g = RNG.normal(size=x.shape).astype(out)
                 got = kernel(op, x, g, None, 1e-5, out, defect=defect)
-                RATIOS[defect, op, fam, d, str(out), "x"] = r = ratio(got[0], reference(op, x, g, None, 1e-5, out, "x"), out)
+                r = ratio(got[0], reference(op, x, g, None, 1e-5, out, "x"), out)
                 if d in ds and str(out) in formats:
                     assert r > 1.0, (defect, op, d, str(out), r)
 
@@ -192,9 +201,13 @@ def test_float64_output_with_float64_accumulation():
         gamma = RNG.normal(size=d)
         ref = reference("layer_norm", x, g, gamma, 1e-5, np.dtype(np.float64), "x")
         plain = lneps.layer_norm_backward(x, g, gamma, eps=1e-5, compute_dtype=np.float64)
-        RATIOS["float64 formula", "layer_norm", "offset 3", d, "float64", "x"] = r = ratio(plain.x, ref, np.dtype(np.float64))
+        r = ratio(plain.x, ref, np.dtype(np.float64))
         assert r <= 1.0
-        assert np.all(ref[2] >= 0.5) and ratio(lneps.layer_norm_backward(x, g, gamma, eps=1e-5).x, ref, np.dtype(np.float64)) <= 1
+        assert (
+            np.all(ref[2] >= 0.5)
+            and ratio(lneps.layer_norm_backward(x, g, gamma, eps=1e-5).x, ref, np.dtype(np.float64))
+            <= 1
+        )
 
 
 def test_bound_is_tight_enough_to_matter():
@@ -206,7 +219,10 @@ def test_bound_is_tight_enough_to_matter():
         b = backward_bound("layer_norm", "x", x=x, dy=g, eps=1e-5)
         assert 0.5 * d < np.median(b) < 2 * d + 40
         for dt in (np.float16, BF16):
-            assert np.max(backward_bound("layer_norm", "x", x=x.astype(dt), dy=g.astype(dt), eps=1e-5)) < 1.5
+            assert (
+                np.max(backward_bound("layer_norm", "x", x=x.astype(dt), dy=g.astype(dt), eps=1e-5))
+                < 1.5
+            )
         assert np.max(backward_bound("layer_norm", "beta", x=x, dy=g, eps=1e-5)) < 4
 
 
@@ -219,13 +235,20 @@ def test_scale_and_shapes():
     v = xm - xm.mean(-1, keepdims=True)
     r = 1 / np.sqrt((v * v).mean(-1, keepdims=True) + 1e-5)
     u = v * r
-    want = r * (np.abs(gm) + np.abs(gm).mean(-1, keepdims=True) + np.abs(u) * np.abs(gm * u).mean(-1, keepdims=True))
+    want = r * (
+        np.abs(gm)
+        + np.abs(gm).mean(-1, keepdims=True)
+        + np.abs(u) * np.abs(gm * u).mean(-1, keepdims=True)
+    )
     np.testing.assert_allclose(np.moveaxis(s, 1, -1), want, rtol=1e-12)
     assert backward_bound("layer_norm", "x", x=x, dy=g, eps=1e-5, axis=1).shape == x.shape
     for wrt in ("gamma", "beta"):
         assert backward_bound("layer_norm", wrt, x=x, dy=g, eps=1e-5, axis=1).shape == (5,)
-    np.testing.assert_allclose(backward_scale("layer_norm", "beta", x=x, dy=g, eps=1e-5, axis=1),
-                               np.abs(gm).reshape(-1, 5).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(
+        backward_scale("layer_norm", "beta", x=x, dy=g, eps=1e-5, axis=1),
+        np.abs(gm).reshape(-1, 5).sum(0),
+        rtol=1e-12,
+    )
     bad = x.copy()
     bad[0, 0, 0] = np.nan
     assert np.isinf(backward_bound("layer_norm", "x", x=bad, dy=g, eps=1e-5, axis=1)[0, :, 0]).all()
@@ -241,13 +264,66 @@ def test_docstring_example():
     assert doctest.testmod(bb, raise_on_error=False).failed == 0
 
 
-def test_print_ratios():
-    """(Last: prints what the tests above measured; run with -s.)"""
-    if not RATIOS:
-        pytest.skip("nothing measured")
-    worst = {}
-    for (kern, op, fam, d, out, wrt), ratio in RATIOS.items():
-        key = (kern, out, wrt)
-        worst[key] = max(worst.get(key, 0.0), ratio)
-    for (kern, out, wrt), ratio in sorted(worst.items()):
-        print(f"{kern:24s} {out:9s} {wrt:6s} worst error/bound = {ratio:.3g}")
+# --- the backward failure message: dy, the row's statistics, and the suspects -------------------
+
+
+def _dx_parts(x, dy, g):
+    xf, gh = x.astype(np.float32), (dy * g).astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True)
+    r = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True) + np.float32(1e-5))
+    u = t * r
+    return gh, u, r
+
+
+def _rows(seed=7, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(16, 64)).astype(dtype)
+    dy = rng.normal(size=(16, 64)).astype(dtype)
+    g = rng.uniform(0.5, 2, size=64).astype(dtype)
+    return x, dy, g
+
+
+def _message(actual, x, dy, g, wrt="x"):
+    with pytest.raises(AssertionError) as info:
+        lt.assert_close(actual, x=x, dy=dy, gamma=g, eps=1e-5, op="layer_norm_backward", wrt=wrt)
+    return str(info.value)
+
+
+def test_a_dx_message_shows_dy_the_mean_and_rstd_and_names_rstd_in_16_bits():
+    x, dy, g = _rows()
+    gh, u, r = _dx_parts(x, dy, g)
+    inner = gh - gh.mean(axis=-1, keepdims=True) - u * (gh * u).mean(axis=-1, keepdims=True)
+    stored = r.astype(ml_dtypes.bfloat16).astype(np.float32)  # the statistics buffer in bfloat16
+    text = _message((inner * stored).astype(np.float32), x, dy, g)
+    assert "  dy row = [" in text and "row's mean " in text and "rstd " in text
+    assert "suspect: rstd stored in bfloat16" in text
+    assert "wrong sign" not in text
+
+
+def test_a_dx_message_names_the_wrong_sign_term_and_only_it():
+    x, dy, g = _rows()
+    gh, u, r = _dx_parts(x, dy, g)
+    wrong = (gh - gh.mean(axis=-1, keepdims=True) + u * (gh * u).mean(axis=-1, keepdims=True)) * r
+    text = _message(wrong.astype(np.float32), x, dy, g)
+    assert "suspect: the term u * mean(dy * gamma * u) with the wrong sign" in text
+    assert "rstd stored in" not in text
+    # eps forgotten looks like neither: no suspect named
+    xf = x.astype(np.float32)
+    t = xf - xf.mean(axis=-1, keepdims=True)
+    r0 = np.float32(1) / np.sqrt((t * t).mean(axis=-1, keepdims=True) + np.float32(0.5))
+    u0 = t * r0
+    big_eps = (
+        gh - gh.mean(axis=-1, keepdims=True) - u0 * (gh * u0).mean(axis=-1, keepdims=True)
+    ) * r0
+    text = _message(big_eps.astype(np.float32), x, dy, g)
+    assert "suspect: rstd stored" not in text and "wrong sign" not in text
+
+
+def test_a_dbeta_message_names_16_bit_accumulation_and_shows_no_gamma():
+    x, dy, g = _rows(dtype=np.float16)
+    dy = (dy * 30).astype(np.float16)
+    acc = np.zeros(64, np.float16)
+    for row in dy:
+        acc = (acc + row).astype(np.float16)
+    text = _message(acc, x, dy, g, wrt="beta")
+    assert "suspect: dβ accumulated in float16" in text and "gamma here" not in text

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 import lneps
-import lneps.testing.bound_floor
-import lneps.testing.forward_error
-import lneps.testing.kernel_classes
-import lneps.testing.two_pass
+import lneps.testing._private.deferred_bound
+import lneps.testing._private.forward_error
+import lneps.testing._private.kernel_classes
+import lneps.testing._private.two_pass
 from lneps.book import kernel_zoo as kz
 from lneps.book import zoo_grades as zg
 from lneps.testing import families, two_pass_bound
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.kernel_classes import KERNEL_CLASSES
+from lneps.testing._private.forward_error import forward_bound
+from lneps.testing._private.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.float32, np.float64
@@ -27,12 +27,24 @@ F32, F64 = np.float32, np.float64
 
 def _scaled(a, x, eps, gamma=None, beta=None, op="layer_norm"):
     x64 = x.astype(F64)
-    y = lneps.layer_norm(x64, gamma, beta, eps=eps) if op == "layer_norm" else lneps.rms_norm(x64, gamma, eps=eps)
+    y = (
+        lneps.layer_norm(x64, gamma, beta, eps=eps)
+        if op == "layer_norm"
+        else lneps.rms_norm(x64, gamma, eps=eps)
+    )
     return zg.scaled_error(a, y, gamma, a.dtype)
 
 
-@pytest.mark.parametrize("module", [lneps.testing.forward_error, lneps.testing.kernel_classes,
-                                    lneps.testing.two_pass, lneps.testing.bound_floor], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module",
+    [
+        lneps.testing._private.forward_error,
+        lneps.testing._private.kernel_classes,
+        lneps.testing._private.two_pass,
+        lneps.testing._private.deferred_bound,
+    ],
+    ids=lambda m: m.__name__,
+)
 def test_the_docstrings_run(module):
     assert doctest.testmod(module, raise_on_error=True).failed == 0
 
@@ -42,20 +54,28 @@ def test_exact_and_stats_passed_in_give_the_same_bound_in_any_block_size():
     y, mean, rstd = lneps.layer_norm(x.astype(F64), g, b, eps=1e-5, return_stats=True)
     ref = forward_bound("layer_norm", x=x, gamma=g, beta=b, eps=1e-5)
     assert ref.shape == x.shape and ref.dtype == F64
-    same = forward_bound("layer_norm", x=x, gamma=g, beta=b, eps=1e-5, exact=y, stats=(mean, rstd), block=150)
+    same = forward_bound(
+        "layer_norm", x=x, gamma=g, beta=b, eps=1e-5, exact=y, stats=(mean, rstd), block=150
+    )
     assert np.array_equal(ref, same)
     xr = families(np.float32, 64, rows=5)["normal"].x
     yr, rr = lneps.rms_norm(xr.astype(F64), eps=1e-6, return_stats=True)
-    assert np.array_equal(forward_bound("rms_norm", x=xr, eps=1e-6),
-                          forward_bound("rms_norm", x=xr, eps=1e-6, exact=yr, stats=rr, block=64))
+    assert np.array_equal(
+        forward_bound("rms_norm", x=xr, eps=1e-6),
+        forward_bound("rms_norm", x=xr, eps=1e-6, exact=yr, stats=rr, block=64),
+    )
 
 
 def test_axis_other_than_the_last_and_trailing_tuples():
     x = families(F32, 48, rows=6)["offset"].x
     ref = forward_bound("layer_norm", x=x, eps=1e-5)
-    assert np.array_equal(forward_bound("layer_norm", x=np.ascontiguousarray(x.T), eps=1e-5, axis=0), ref.T)
+    assert np.array_equal(
+        forward_bound("layer_norm", x=np.ascontiguousarray(x.T), eps=1e-5, axis=0), ref.T
+    )
     x3 = x.reshape(6, 6, 8)
-    assert np.array_equal(forward_bound("layer_norm", x=x3, eps=1e-5, axis=(1, 2)), ref.reshape(6, 6, 8))
+    assert np.array_equal(
+        forward_bound("layer_norm", x=x3, eps=1e-5, axis=(1, 2)), ref.reshape(6, 6, 8)
+    )
 
 
 def test_two_pass_bound_keeps_its_meaning_and_the_new_bound_is_larger_where_it_must_be():
@@ -87,11 +107,14 @@ def test_the_bound_grows_with_d_the_offset_and_u():
     tops = [forward_bound("layer_norm", x=x[:, :d], eps=1e-5).max() for d in (8, 64, 768, 4096)]
     assert tops == sorted(tops)
     z = np.random.default_rng(3).normal(size=(1, 64))
-    offs = [forward_bound("layer_norm", x=(z + o).astype(F32), eps=1e-5).max() for o in (0, 2**6, 2**12)]
+    offs = [
+        forward_bound("layer_norm", x=(z + o).astype(F32), eps=1e-5).max() for o in (0, 2**6, 2**12)
+    ]
     assert offs == sorted(offs)
     x64 = x.astype(F64)
     assert forward_bound("layer_norm", x=x64, eps=1e-5).max() == pytest.approx(
-        forward_bound("layer_norm", x=x, eps=1e-5).max(), rel=0.2)  # in ulp of its own format, u alike
+        forward_bound("layer_norm", x=x, eps=1e-5).max(), rel=0.2
+    )  # in ulp of its own format, u alike
     rms = [forward_bound("rms_norm", x=x[:, :d], eps=1e-5).max() for d in (8, 64, 768, 4096)]
     assert rms == sorted(rms)
 
@@ -116,7 +139,12 @@ def test_a_constructed_worst_case_for_two_passes():
     d, eps = 16, 1e-30
     x = np.full((3, d), [[60000.3], [1.1], [-7.7]], dtype=F32)
     bound = forward_bound("layer_norm", x=x, eps=eps, kernels="two_pass")
-    for fn in (kz.two_pass_sequential, kz.two_pass_warp_tree, kz.two_pass_pairwise, kz.rsqrt_high_2ulp):
+    for fn in (
+        kz.two_pass_sequential,
+        kz.two_pass_warp_tree,
+        kz.two_pass_pairwise,
+        kz.rsqrt_high_2ulp,
+    ):
         err = _scaled(fn(x, None, None, eps), x, eps)
         assert np.all(err <= bound), fn.__name__
     cap = np.sqrt(d) * (1 + 2.0**-18) / 2.0**-23 + 1
@@ -172,8 +200,13 @@ def test_the_caps_on_constant_float32_rows():
         bound = forward_bound("layer_norm", x=x, eps=eps)
         # Welford's cap: 3.97 sqrt(d) (1 + O(u)) + (3.2 + 3 levels) u max|x| / sqrt(eps)
         levels = min(int(np.ceil(np.log2(d))), 10)
-        cap = (3.968 * np.sqrt(d) + (3.212 + 3.01 * levels) * 2.0**-24 * np.abs(x[:, :1].astype(F64))
-               / np.sqrt(float(F32(eps)))) * (1 + 2.0**-18)
+        cap = (
+            3.968 * np.sqrt(d)
+            + (3.212 + 3.01 * levels)
+            * 2.0**-24
+            * np.abs(x[:, :1].astype(F64))
+            / np.sqrt(float(F32(eps)))
+        ) * (1 + 2.0**-18)
         assert np.all(bound <= (cap + 1) / 2.0**-23 + 1), eps
     # eps = 0: a constant row's exact answer is NaN, and no kernel can be bounded
     assert np.all(np.isinf(forward_bound("layer_norm", x=x, eps=0.0)))
@@ -181,9 +214,11 @@ def test_the_caps_on_constant_float32_rows():
 
 def test_every_correct_zoo_kernel_within_every_class_bound_it_belongs_to():
     x = families(np.float16, 768, rows=8)["near_constant"].x
-    classes = {"two_pass": (kz.two_pass_sequential, kz.two_pass_warp_tree, kz.rsqrt_low_2ulp),
-               "welford": (kz.welford_sequential, kz.welford_chan_pytorch, kz.welford_chan_apex),
-               "one_pass_float64": (kz.one_pass_float64,)}
+    classes = {
+        "two_pass": (kz.two_pass_sequential, kz.two_pass_warp_tree, kz.rsqrt_low_2ulp),
+        "welford": (kz.welford_sequential, kz.welford_chan_pytorch, kz.welford_chan_apex),
+        "one_pass_float64": (kz.one_pass_float64,),
+    }
     for name, fns in classes.items():
         bound = forward_bound("layer_norm", x=x, eps=1e-12, kernels=name)
         for fn in fns:
@@ -205,8 +240,10 @@ def test_refusals():
         forward_bound("layer_norm", x=x, eps=1e-5, exact=np.zeros((2, 2)))
     # float64 gains are fine with float64 input; the rms default eps is the op's
     forward_bound("layer_norm", x=x.astype(F64), gamma=np.full(8, 0.1), eps=1e-5)
-    assert np.array_equal(forward_bound("rms_norm", x=x, eps=None),
-                          forward_bound("rms_norm", x=x, eps=lneps.rms_norm_default_eps(np.float16)))
+    assert np.array_equal(
+        forward_bound("rms_norm", x=x, eps=None),
+        forward_bound("rms_norm", x=x, eps=lneps.rms_norm_default_eps(np.float16)),
+    )
     big = np.full((1, 8), 3e38, F32)
     big[0, 0] = -3e38
     assert np.all(np.isinf(forward_bound("layer_norm", x=big, eps=1e-5)))

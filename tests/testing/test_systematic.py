@@ -1,4 +1,4 @@
-"""lneps.testing.systematic.scale_bias: the test across rows for a scale error common to every
+"""lneps.testing._private.systematic.scale_bias: the test across rows for a scale error common to every
 row. Correct kernels pass (also biased-rsqrt ones, also on many rows), the float32 defects a
 per-element bound cannot see fail with their name, too few rows give no verdict."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import lneps
-import lneps.testing.systematic as S
+import lneps.testing._private.systematic as S
 from lneps.book import kernel_zoo as kz
 from lneps.testing import families
-from lneps.testing.systematic import FALSE_ALARM, LAMBDA, MIN_ROWS, scale_bias
+from lneps.testing._private.systematic import FALSE_ALARM, LAMBDA, MIN_ROWS, scale_bias
 
 F32, F64 = np.float32, np.float64
 
@@ -56,7 +56,11 @@ def test_eps_ignored_or_too_small_is_named():
     r = _run(kz.eps_ignored, x)
     assert r.verdict == "fail" and r.suspect == "eps ignored"
     r = _run(kz.eps_tenth, x)
-    assert r.verdict == "fail" and r.suspect.startswith("eps of about ") and r.suspect.endswith("used for 1e-05")
+    assert (
+        r.verdict == "fail"
+        and r.suspect.startswith("eps of about ")
+        and r.suspect.endswith("used for 1e-05")
+    )
     assert 0.8e-6 < float(r.suspect.split()[3]) < 1.2e-6
 
 
@@ -79,8 +83,13 @@ def test_correct_kernels_never_come_near_the_threshold_over_many_draws():
             fams = families(dt, d, rows=32, seed=seed)
             for name in ("normal", "cancelling_beta", "wide_range"):
                 x, g, b = fams[name]
-                for fn in (kz.two_pass_sequential, kz.welford_sequential, kz.welford_chan_pytorch,
-                           kz.one_pass_float64, kz.affine_fma):
+                for fn in (
+                    kz.two_pass_sequential,
+                    kz.welford_sequential,
+                    kz.welford_chan_pytorch,
+                    kz.one_pass_float64,
+                    kz.affine_fma,
+                ):
                     r = _run(fn, x, gamma=g, beta=b)
                     assert r.verdict != "fail", (seed, name, fn.__name__)
                     if r.verdict == "pass":
@@ -124,3 +133,43 @@ def test_blocks_axis_and_stats_do_not_change_the_result():
         assert other.statistic == a.statistic and other.low == a.low and other.verdict == a.verdict
     assert np.array_equal(a.per_row, b.per_row, equal_nan=True)
     assert a.verdict == "fail" and "d - 1" in str(a)
+
+
+def test_16_bit_outputs_catch_the_d_minus_1_variance_at_d_4096():
+    # the output's rounding to float16 is random (to nearest, one error per significand), not a
+    # bias of a whole ulp: before, the allowance of u_out left -1/(2d) unseen on any number of rows
+    x = families(np.float16, 4096, rows=16)["normal"].x
+    sb = _run(kz.unbiased_variance, x)
+    assert sb.verdict == "fail" and sb.suspect == "the d - 1 (unbiased) variance"
+    assert sb.low > -1 / (2 * 4096) / 2  # with room to spare
+    assert _run(kz.two_pass_pairwise, x).verdict == "pass"
+
+
+def test_the_result_says_what_it_could_have_caught():
+    xb = families(np.dtype("bfloat16"), 4096, rows=16)["normal"].x
+    sb = _run(kz.two_pass_pairwise, xb)  # bfloat16's rounding is coarse: 16 rows do not see 1/(2d)
+    need = sb.rows_for(-1 / (2 * 4096))
+    assert sb.verdict == "pass" and need > 16
+    assert f"about {need} rows like these would catch it" in sb.coverage()
+    few = _run(kz.two_pass_pairwise, families(np.float32, 4096, rows=4)["normal"].x)
+    assert few.verdict == "not applicable" and few.rows_for(-1e-3) is None
+    assert "not applied: 4 eligible distinct rows of 4, at least 8 needed" in few.coverage()
+    # with enough rows the float32 test reaches it, and says nothing more
+    sb32 = _run(kz.two_pass_pairwise, families(np.float32, 4096, rows=64)["normal"].x)
+    assert sb32.low > -1 / (2 * 4096) and "could not" not in sb32.coverage()
+
+
+def test_an_eps_is_named_only_when_the_rows_imply_another():
+    # "eps of about 1e-05 used for 1e-05" named a rounded rstd or a 16-bit sum as a wrong eps
+    assert S._eps_pattern(1.0e-5, 1e-5) is None and S._eps_pattern(9.9e-6, 1e-5) is None
+    assert S._eps_pattern(None, 1e-5) is None
+    assert S._eps_pattern(1e-6, 1e-5) == "eps of about 1e-06 used for 1e-05"
+    assert S._eps_pattern(1e-9, 1e-5) == "eps ignored"
+    # and eps / 10 is still named, on the rows that show it
+    x = families(np.float32, 768, rows=64)["normal"].x
+    sb = _run(kz.eps_tenth, x)
+    assert (
+        sb.verdict == "fail"
+        and sb.suspect.startswith("eps of about")
+        and "used for 1e-05" in sb.suspect
+    )

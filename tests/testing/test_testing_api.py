@@ -26,13 +26,16 @@ def test_a_second_positional_argument_asks_for_x(fn):
 
 
 @pytest.mark.parametrize("fn", [lt.compare, lt.assert_close])
-@pytest.mark.parametrize("kw, named, hint", [
-    ("max_ulps", "max_ulps", "max_ulp="),
-    ("rtol", "rtol", "in ulp"),
-    ("expected", "expected", "x="),
-    ("num_group", "num_group", None),
-    ("epsilon", "epsilon", "eps="),
-])
+@pytest.mark.parametrize(
+    "kw, named, hint",
+    [
+        ("max_ulps", "max_ulps", "max_ulp="),
+        ("rtol", "rtol", "in ulp"),
+        ("expected", "expected", "x="),
+        ("num_group", "num_group", None),
+        ("epsilon", "epsilon", "eps="),
+    ],
+)
 def test_an_unknown_keyword_is_named(fn, kw, named, hint):
     x = _rows()
     y = lneps.layer_norm(x)
@@ -60,7 +63,9 @@ def test_eps_and_x_are_required():
         lt.assert_close(y, x=x)
     with pytest.raises(TypeError, match="needs the kernel's input"):
         lt.assert_close(y, eps=1e-5)
-    assert lt.compare(y, x=x, eps=lt.DEFAULT).correctly_rounded == 1.0  # the op's own default, asked for
+    assert (
+        lt.compare(y, x=x, eps=lt.DEFAULT).correctly_rounded == 1.0
+    )  # the op's own default, asked for
 
 
 def test_the_output_format_is_read_from_actual():
@@ -70,7 +75,7 @@ def test_the_output_format_is_read_from_actual():
         assert report.dtype == dt
     # a correct float32 kernel whose output is stored in float16 passes the default tolerance
     two_pass = _two_pass(x, 1e-5).astype(np.float16)
-    lt.assert_close(two_pass, x=x, eps=1e-5)
+    lt.assert_close(two_pass, x=x, eps=1e-5, dtype=np.float16)
 
 
 def _two_pass(x, eps):
@@ -119,7 +124,10 @@ def test_err_msg_is_appended_and_the_traceback_hidden():
         lt.assert_close(y, x=x, eps=1e-5, err_msg="kernel v2, d=64")
     assert str(info.value).rstrip().endswith("kernel v2, d=64")
     # pytest hides frames whose locals set __tracebackhide__, as numpy.testing's do
-    assert lt.assert_close.__code__.co_varnames[:0] == () and "__tracebackhide__" in lt.assert_close.__code__.co_varnames
+    assert (
+        lt.assert_close.__code__.co_varnames[:0] == ()
+        and "__tracebackhide__" in lt.assert_close.__code__.co_varnames
+    )
 
 
 def test_the_message_shows_the_row_statistics_gamma_beta_and_the_ratio():
@@ -156,11 +164,13 @@ def test_the_message_names_inexact_statistics_on_a_constant_row():
 
 
 def test_grading_in_blocks_changes_nothing(monkeypatch):
-    import lneps.testing.assertions as A
+    import lneps.testing._private.assertions as A
 
     x = _rows(np.float16, d=24, rows=50)
     g = np.linspace(0.5, 2, 24).astype(np.float16)
-    y = lneps.layer_norm(x, g, eps=1e-5, compute_dtype=np.float16)  # the naive layer: some elements off
+    y = lneps.layer_norm(
+        x, g, eps=1e-5, compute_dtype=np.float16
+    )  # the naive layer: some elements off
     whole = lt.compare(y, x=x, gamma=g, eps=1e-5)
     messages = []
     for elements in (1 << 18, 37, 1):
@@ -174,8 +184,10 @@ def test_grading_in_blocks_changes_nothing(monkeypatch):
     assert f"worst at index {whole.worst_index}" in messages[0] or "worst at index" in messages[0]
 
 
-@pytest.mark.parametrize("op, wrts", [("layer_norm_backward", ("x", "gamma", "beta")),
-                                      ("rms_norm_backward", ("x", "gamma"))])
+@pytest.mark.parametrize(
+    "op, wrts",
+    [("layer_norm_backward", ("x", "gamma", "beta")), ("rms_norm_backward", ("x", "gamma"))],
+)
 def test_the_backward_pass_is_graded_against_its_exact_gradients(op, wrts):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(16, 64)).astype(np.float32)
@@ -197,10 +209,21 @@ def test_the_backward_pass_is_graded_against_its_exact_gradients(op, wrts):
         dx = (gh - u * (gh * u).mean(axis=-1, keepdims=True)) * r
     mine = {"x": dx, "gamma": (dy * u).sum(axis=0), "beta": dy.sum(axis=0)}
     for wrt in wrts:
-        report = lt.assert_close(mine[wrt].astype(np.float32), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt=wrt)
+        report = lt.assert_close(
+            mine[wrt].astype(np.float32), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt=wrt
+        )
         assert report.n == getattr(exact, wrt).size
-        lt.assert_close(getattr(exact, wrt), x=x, dy=dy, gamma=g, eps=1e-5, op=op, wrt=wrt, max_ulp=0.5,
-                        metric="ulp")
+        lt.assert_close(
+            getattr(exact, wrt),
+            x=x,
+            dy=dy,
+            gamma=g,
+            eps=1e-5,
+            op=op,
+            wrt=wrt,
+            max_ulp=0.5,
+            metric="ulp",
+        )
     # eps forgotten in the backward pass: caught on a near-constant row (for RMS norm, a tiny one)
     base = 1.0 if op == "layer_norm_backward" else 0.0
     x[3] = np.float32(base) + np.float32(2.0**-20) * rng.integers(-3, 4, size=64)

@@ -1,6 +1,6 @@
 """assert_close grades large outputs against the kernel's float64 estimate rather than the
-correctly rounded float64 value (lneps.testing.estimated_errors._estimated), and computes the derived
-bound only on the rows a floor cannot clear (lneps.testing.bound_floor.bound_floor). Both are
+correctly rounded float64 value (lneps.testing._private.exact_errors._estimated), and computes the derived
+bound only on the rows a floor cannot clear (lneps.testing._private.deferred_bound.bound_floor). Both are
 shortcuts: these tests hold them to deciding exactly what the exact path decides.
 
 * the kernel's estimate lies within its stated distance of the exact value (judged by the
@@ -18,12 +18,12 @@ import lneps
 import lneps.norms as norms
 import lneps.oracle as oracle
 import lneps.testing as lt
-import lneps.testing.assertions as A
-import lneps.testing.deferred_bound as D
+import lneps.testing._private.assertions as A
+import lneps.testing._private.deferred_bound as D
 from lneps.book import kernel_zoo as kz
-from lneps.testing.bound_floor import bound_floor
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.kernel_classes import KERNEL_CLASSES
+from lneps.testing._private.deferred_bound import bound_floor
+from lneps.testing._private.forward_error import forward_bound
+from lneps.testing._private.kernel_classes import KERNEL_CLASSES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FORMATS = (np.float16, BF16, np.float32)
@@ -44,11 +44,18 @@ def test_the_estimate_is_within_its_bound_of_the_exact_value(dtype, kind):
                 exact = oracle.rms_norm_exact(x, g, eps=1e-5, dtype=np.float64)
             before_beta = np.abs(exact - (0.0 if b is None else b.astype(np.float64)))
             allowed = E * before_beta * (1 + 2**-40) + U * np.abs(est) + U * np.abs(exact)
-            ok = np.isfinite(est)  # NaN: settled exactly by the kernel, y is right, no bound claimed
+            ok = np.isfinite(
+                est
+            )  # NaN: settled exactly by the kernel, y is right, no bound claimed
             assert ok.mean() > 0.9, name
             assert np.all(np.abs(est - exact)[ok] <= allowed[ok]), (d, name)
-            assert np.array_equal(y.astype(np.float64), oracle.layer_norm_exact(x, g, b, eps=1e-5) if kind == "layer"
-                                  else oracle.rms_norm_exact(x, g, eps=1e-5), equal_nan=True)
+            assert np.array_equal(
+                y.astype(np.float64),
+                oracle.layer_norm_exact(x, g, b, eps=1e-5)
+                if kind == "layer"
+                else oracle.rms_norm_exact(x, g, eps=1e-5),
+                equal_nan=True,
+            )
 
 
 @pytest.mark.parametrize("dtype", FORMATS, ids=str)
@@ -72,13 +79,19 @@ def test_the_floor_lies_under_the_bound(op, dtype):
             b = b if op == "layer_norm" else None
             for gain in (g, None, rng.normal(size=d).astype(dtype)):
                 if op == "layer_norm":
-                    y, mean, rstd = lneps.layer_norm(x.astype(np.float64), gain, b, eps=1e-5, return_stats=True)
+                    y, mean, rstd = lneps.layer_norm(
+                        x.astype(np.float64), gain, b, eps=1e-5, return_stats=True
+                    )
                     stats = (mean, rstd)
                 else:
-                    y, rstd = lneps.rms_norm(x.astype(np.float64), gain, eps=1e-5, return_stats=True)
+                    y, rstd = lneps.rms_norm(
+                        x.astype(np.float64), gain, eps=1e-5, return_stats=True
+                    )
                     stats = (rstd,)
                 for kernels in (KERNEL_CLASSES, ("two_pass",), ("welford",)):
-                    kw = dict(x=x, gamma=gain, beta=b, eps=1e-5, exact=y, stats=stats, kernels=kernels)
+                    kw = dict(
+                        x=x, gamma=gain, beta=b, eps=1e-5, exact=y, stats=stats, kernels=kernels
+                    )
                     bound = forward_bound(op, **kw)
                     floor = bound_floor(op, **kw)
                     scale = 1.0 if gain is None else np.abs(gain.astype(np.float64))
@@ -89,15 +102,18 @@ def test_the_floor_lies_under_the_bound(op, dtype):
 
 def _exact_everywhere(monkeypatch):
     """assert_close without its shortcuts: every block measured exactly, the bound on every row."""
-    measure = A._measure
+    measure = A.measure
 
     def exactly(call, rows=slice(None), exact=True):
         return measure(call, rows, exact=True)
 
-    for module in (A, D):  # both measure blocks: assert_close, and the deferred grading near the bound
-        monkeypatch.setattr(module, "_measure", exactly)
+    for module in (
+        A,
+        D,
+    ):  # both measure blocks: assert_close, and the deferred grading near the bound
+        monkeypatch.setattr(module, "measure", exactly)
     # patched where assert_close looks it up (it lives in deferred_bound, which never calls it)
-    monkeypatch.setattr(A, "_floor_applies", lambda gr, metric: False)
+    monkeypatch.setattr(A, "floor_applies", lambda gr, metric: False)
 
 
 def _outcome(y, **kw):
@@ -107,8 +123,16 @@ def _outcome(y, **kw):
         return "fail", str(err)
 
 
-KERNELS = [kz.two_pass_sequential, kz.welford_chan_pytorch, kz.rsqrt_low_2ulp, kz.affine_fma, kz.eps_ignored,
-           kz.unbiased_variance, kz.accumulate_16bit, kz.eps_after_sqrt]
+KERNELS = [
+    kz.two_pass_sequential,
+    kz.welford_chan_pytorch,
+    kz.rsqrt_low_2ulp,
+    kz.affine_fma,
+    kz.eps_ignored,
+    kz.unbiased_variance,
+    kz.accumulate_16bit,
+    kz.eps_after_sqrt,
+]
 
 
 @pytest.mark.parametrize("dtype", FORMATS, ids=str)
@@ -136,14 +160,18 @@ def test_the_shortcuts_decide_as_the_exact_path_does(dtype, monkeypatch):
         if f[0] == "fail":
             assert f[1] == e[1]
         else:
-            assert f[1] == e[1] and np.array_equal(f[1].scaled_error, e[1].scaled_error, equal_nan=True)
+            assert f[1] == e[1] and np.array_equal(
+                f[1].scaled_error, e[1].scaled_error, equal_nan=True
+            )
 
 
 def test_a_defect_on_a_few_rows_of_a_large_output_is_found_exactly(monkeypatch):
     """Blocks of many rows: the floor clears most rows, the bound is computed on the rest."""
     x = lt.families(np.float16, 1024, rows=600)["normal"].x
     y = lneps.layer_norm(x, eps=1e-5)
-    y[[3, 290, 599], [5, 700, 1023]] = np.nextafter(y[[3, 290, 599], [5, 700, 1023]], np.float16(10))
+    y[[3, 290, 599], [5, 700, 1023]] = np.nextafter(
+        y[[3, 290, 599], [5, 700, 1023]], np.float16(10)
+    )
     y[77, 12] = np.float16(np.nan)
     fast = _outcome(y, x=x, eps=1e-5)
     _exact_everywhere(monkeypatch)

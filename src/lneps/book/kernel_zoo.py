@@ -9,7 +9,10 @@ the kernels production libraries run: two passes with sequential or warp-tree su
 sequentially or per lane with Chan's merges (PyTorch's ``WelfordOps``, Apex's
 ``cuChanOnlineSum``), one pass in float64, CUDA's ``rsqrtf`` (up to 2 ulp off, modelled as the
 correctly rounded value moved by -2..2 ulp: at random, always down, always up), the affine step
-in other orders. Each defect changes one thing.
+in other orders. Each defect changes one thing; the first ones are the chapter's six, the
+correct pairwise two-pass kernel changed once (the variance in one pass, every operation in the
+input format, the variance rounded to it before eps, the affine step in it, the d - 1 variance,
+eps / 10).
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Kernel", "ZOO", "kernels"]
+__all__ = ["Kernel", "ZOO", "CHAPTER", "kernels", "by_name"]
 
 F32, F64, BF16 = np.float32, np.float64, np.dtype(ml_dtypes.bfloat16)
 LANES = 32
 
 
 # --- sums in float32 ------------------------------------------------------------------------
+
 
 def sequential_sum(a):
     """Left to right, each addition rounded to a's format: (rows, d) -> (rows, 1)."""
@@ -93,6 +97,7 @@ def _out(n, x):
 
 
 # --- correct layer-norm kernels -----------------------------------------------------------
+
 
 def two_pass_sequential(x, gamma=None, beta=None, eps=1e-5):
     """Two passes, each sum left to right in float32; 1/sqrt correctly rounded."""
@@ -180,7 +185,7 @@ def _warp_merge(parts, combine, xor=True):
     """Five rounds of shuffles over the 32 lanes, each lane combining itself with lane
     l ^ 2^k (a butterfly, PyTorch) or (l + 2^k) mod 32 (Apex); lane 0's result."""
     lanes = np.arange(LANES)
-    for k in (range(4, -1, -1) if xor else range(5)):
+    for k in range(4, -1, -1) if xor else range(5):
         src = lanes ^ (1 << k) if xor else (lanes + (1 << k)) % LANES
         parts = combine(parts, tuple(p[:, src] for p in parts))
     return tuple(p[:, :1] for p in parts)
@@ -254,6 +259,7 @@ def affine_fma(x, gamma=None, beta=None, eps=1e-5):
 
 # --- correct RMS-norm kernels -------------------------------------------------------------
 
+
 def _rms(x, gamma, eps, total, ulps=0):
     xf = x.astype(F32)
     ms = total(xf * xf) / F32(xf.shape[1])
@@ -276,6 +282,7 @@ def rms_rsqrt_2ulp(x, gamma=None, beta=None, eps=1e-5):
 
 
 # --- defective kernels --------------------------------------------------------------------
+
 
 def eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
     """Defect: t / (sqrt(var) + eps), eps added after the square root."""
@@ -304,7 +311,7 @@ def accumulate_16bit(x, gamma=None, beta=None, eps=1e-5):
     h = x.dtype if x.dtype.itemsize == 2 else BF16
     xh = x.astype(h)
     d = x.shape[1]
-    mu = (sequential_sum(xh).astype(F32) / F32(d))
+    mu = sequential_sum(xh).astype(F32) / F32(d)
     t = x.astype(F32) - mu
     var = sequential_sum((t * t).astype(h)).astype(F32) / F32(d)
     return _out(_affine(t * _rsqrt(var + F32(eps)), gamma, beta), x)
@@ -339,6 +346,79 @@ def eps_tenth(x, gamma=None, beta=None, eps=1e-5):
     return two_pass_pairwise(x, gamma, beta, eps / 10)
 
 
+# --- real designs: correct within their own class -----------------------------------------
+
+
+def stats_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Design: two-pass statistics in float32, the mean and rstd stored in the input format (as
+    torch's CPU kernels keep them), then (x - mean) * rstd and the affine step in float32."""
+    dt, xf = x.dtype, x.astype(F32)
+    _, var = _two_pass_stats(xf, pairwise_sum)
+    mu = pairwise_sum(xf) / F32(xf.shape[1])  # the same float32 mean the variance used
+    n = (xf - mu.astype(dt).astype(F32)) * _rsqrt(var + F32(eps)).astype(dt).astype(F32)
+    return _out(_affine(n, gamma, beta), x)
+
+
+def llama_rms(x, gamma=None, beta=None, eps=1e-5):
+    """Design (RMS norm, Hugging Face's Llama RMSNorm): x * rsqrt(mean(x^2) + eps) in float32,
+    cast to the input format, then multiplied by the gain in the input format."""
+    dt, xf = x.dtype, x.astype(F32)
+    n = (xf * _rsqrt(pairwise_sum(xf * xf) / F32(xf.shape[1]) + F32(eps))).astype(dt)
+    return n if gamma is None else (gamma * n).astype(dt)
+
+
+def mean_float16(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the mean rounded to float16 (a 16-bit statistics buffer) before it is
+    subtracted; the rest in float32."""
+    xf = x.astype(F32)
+    _, var = _two_pass_stats(xf, pairwise_sum)
+    mu = pairwise_sum(xf) / F32(xf.shape[1])
+    n = (xf - mu.astype(np.float16).astype(F32)) * _rsqrt(var + F32(eps))
+    return _out(_affine(n, gamma, beta), x)
+
+
+def rsqrt_12bit(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: a reciprocal square root good to 12 bits (a hardware estimate without its
+    Newton step)."""
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    r = _rsqrt(var + F32(eps))
+    m, e = np.frexp(r)
+    r12 = np.ldexp(np.round(m * 2.0**12) / 2.0**12, e).astype(F32)
+    return _out(_affine(t * r12, gamma, beta), x)
+
+
+def all_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the two-pass kernel with every operation in x's own format (no float32; in
+    float32 it is the correct kernel)."""
+    dt = x.dtype
+    d = dt.type(x.shape[1])
+    t = x - pairwise_sum(x) / d
+    r = dt.type(1) / np.sqrt(pairwise_sum(t * t) / d + dt.type(eps))
+    n = t * r
+    if gamma is not None:
+        n = n * gamma
+    return n if beta is None else n + beta
+
+
+def eps_after_rounding(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the variance rounded to x's format before eps (itself in x's format) is added."""
+    dt = x.dtype
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    w = (var.astype(dt) + dt.type(eps)).astype(F32)
+    return _out(_affine(t * (F32(1) / np.sqrt(w)), gamma, beta), x)
+
+
+def affine_in_input_format(x, gamma=None, beta=None, eps=1e-5):
+    """Defect: the normalized value rounded to x's format, gamma and beta applied there (the
+    design of Hugging Face's Llama RMSNorm, here for layer norm)."""
+    dt = x.dtype
+    t, var = _two_pass_stats(x.astype(F32), pairwise_sum)
+    n = (t * (F32(1) / np.sqrt(var + F32(eps)))).astype(dt)
+    if gamma is not None:
+        n = n * gamma
+    return n if beta is None else n + beta
+
+
 def rms_eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
     """Defect (RMS norm): x / (sqrt(mean(x^2)) + eps)."""
     xf = x.astype(F32)
@@ -348,20 +428,24 @@ def rms_eps_after_sqrt(x, gamma=None, beta=None, eps=1e-5):
 
 # --- the registry -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel of the zoo: ``fn(x, gamma, beta, eps)``; kind "correct" or "defective";
-    op "layer_norm" or "rms_norm"."""
+    """One kernel of the zoo: ``fn(x, gamma, beta, eps)``; kind "correct", "design" (a real
+    design that rounds inside the kernel, correct within its own class of
+    :data:`lneps.testing.DESIGN_CLASSES`, ``classes``) or "defective"; op "layer_norm" or
+    "rms_norm"."""
 
     name: str
     kind: str
     op: str
     fn: Callable
     description: str
+    classes: tuple | None = None
 
 
-def _k(name, kind, op, fn):
-    return Kernel(name, kind, op, fn, " ".join((fn.__doc__ or "").split()))
+def _k(name, kind, op, fn, classes=None):
+    return Kernel(name, kind, op, fn, " ".join((fn.__doc__ or "").split()), classes)
 
 
 #: The zoo, correct kernels first.
@@ -381,16 +465,55 @@ ZOO = (
     _k("RMS, sequential sum", "correct", "rms_norm", rms_sequential),
     _k("RMS, warp-tree sum", "correct", "rms_norm", rms_warp_tree),
     _k("RMS, rsqrt +-2 ulp", "correct", "rms_norm", rms_rsqrt_2ulp),
-    _k("eps after the square root", "defective", "layer_norm", eps_after_sqrt),
+    _k(
+        "statistics stored in the input format",
+        "design",
+        "layer_norm",
+        stats_in_input_format,
+        ("stats_in_input_format",),
+    ),
+    _k(
+        "Llama RMSNorm: cast, then weighted",
+        "design",
+        "rms_norm",
+        llama_rms,
+        ("cast_then_weighted",),
+    ),
+    _k("one pass in float32", "defective", "layer_norm", one_pass_float32),
+    _k("all in the input format", "defective", "layer_norm", all_in_input_format),
+    _k("eps after rounding", "defective", "layer_norm", eps_after_rounding),
+    _k("affine in the input format", "defective", "layer_norm", affine_in_input_format),
     _k("unbiased (d - 1) variance", "defective", "layer_norm", unbiased_variance),
+    _k("eps / 10", "defective", "layer_norm", eps_tenth),
+    _k("eps after the square root", "defective", "layer_norm", eps_after_sqrt),
     _k("eps ignored", "defective", "layer_norm", eps_ignored),
     _k("16-bit accumulation", "defective", "layer_norm", accumulate_16bit),
-    _k("one pass in float32", "defective", "layer_norm", one_pass_float32),
     _k("rstd stored in bfloat16", "defective", "layer_norm", rstd_bfloat16),
     _k("eps stored in float16", "defective", "layer_norm", eps_float16),
-    _k("eps / 10", "defective", "layer_norm", eps_tenth),
     _k("RMS, eps after the square root", "defective", "rms_norm", rms_eps_after_sqrt),
+    _k("mean rounded to float16", "defective", "layer_norm", mean_float16),
+    _k("12-bit rsqrt", "defective", "layer_norm", rsqrt_12bit),
 )
+
+
+#: The chapter's table of families: the correct pairwise two-pass kernel and its six one-change defects.
+CHAPTER = (
+    "two-pass, pairwise sums",
+    "one pass in float32",
+    "all in the input format",
+    "eps after rounding",
+    "affine in the input format",
+    "unbiased (d - 1) variance",
+    "eps / 10",
+)
+
+
+def by_name(name):
+    """The zoo's kernel called ``name`` (``KeyError`` naming the names otherwise)."""
+    for k in ZOO:
+        if k.name == name:
+            return k
+    raise KeyError(f"no kernel {name!r} in the zoo; it has {', '.join(k.name for k in ZOO)}")
 
 
 def kernels(kind=None, op=None):

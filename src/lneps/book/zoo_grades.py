@@ -1,7 +1,7 @@
 r"""The kernel zoo of :mod:`lneps.book.kernel_zoo` graded against lneps's exact answer with the
 two checks of :mod:`lneps.testing`: the derived per-element bound
 (:func:`lneps.testing.forward_bound`) and the test across rows for a systematic scale error
-(:func:`lneps.testing.systematic.scale_bias`). The chapter "Testing a kernel against the exact
+(:func:`lneps.testing.scale_bias`). The chapter "Testing a kernel against the exact
 answer" publishes the table.
 
 :func:`make_case` computes one input of the grid with its exact result, bound and scale test,
@@ -18,9 +18,7 @@ import numpy as np
 
 import lneps
 from lneps import testing as lt
-from lneps.formats import ulp
-from lneps.testing.forward_error import forward_bound
-from lneps.testing.systematic import ScaleTest
+from lneps.testing import ScaleTest, forward_bound
 
 from .kernel_zoo import BF16, F64, ZOO
 
@@ -29,17 +27,10 @@ __all__ = ["scaled_error", "Case", "make_case", "grade_case", "grade", "table_te
 
 def scaled_error(actual, exact, gamma, dtype):
     """|actual - exact| in ulp of max(|exact|, |gamma|) (1 without a gain) in ``dtype``: the
-    ``scaled_error`` of :func:`lneps.testing.compare` (an element equal to the exact NaN, or
-    equal to an infinite exact value, has error 0; otherwise a NaN or infinite value has an
-    infinite error). It is measured here because compare computes the exact result again from
-    x on every call, where a case computes it once for all the kernels graded on it."""
-    a = np.asarray(actual).astype(F64)
-    s = 1.0 if gamma is None else np.abs(np.asarray(gamma).astype(F64))
-    finite = np.isfinite(a) & np.isfinite(exact)
-    same = (a == exact) | (np.isnan(a) & np.isnan(exact))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - exact)
-        return np.where(finite, diff / ulp(np.fmax(np.abs(exact), s), dtype), np.where(same, 0.0, np.inf))
+    testing tool's own metric (:func:`lneps.testing.scaled_error`, which
+    :func:`lneps.testing.compare` reports), for an exact result a case computes once for all
+    the kernels graded on it."""
+    return lt.scaled_error(actual, exact=exact, gamma=gamma, dtype=dtype)
 
 
 @dataclass
@@ -66,6 +57,14 @@ def _families(dtype, d, rows, seed):
     return lt.families(dtype, d, rows=rows, seed=seed)
 
 
+def _checks(op, x, g, b, eps, dtype, exact, stats, kernels=None):
+    """The derived bound and the test across rows on one input: for the default classes, or
+    for ``kernels`` (a design's own)."""
+    kw = dict(x=x, gamma=g, beta=b, eps=eps, exact=exact, stats=stats)
+    cls = {} if kernels is None else {"kernels": kernels}
+    return forward_bound(op, **kw, **cls), ScaleTest(op, dtype=dtype, **kw, **cls)
+
+
 def make_case(op, dtype, d, eps, family, rows=16, seed=0):
     """The :class:`Case` for one point of the grid (None where the family does not exist)."""
     fam = _families(np.dtype(dtype), d, rows, seed).get(family)
@@ -82,8 +81,7 @@ def make_case(op, dtype, d, eps, family, rows=16, seed=0):
         else:
             y, rstd = lneps.rms_norm(x64, g, eps=eps, return_stats=True)
             stats = (rstd,)
-    bound = forward_bound(op, x=x, gamma=g, beta=b, eps=eps, exact=y, stats=stats)
-    test = ScaleTest(op, x=x, gamma=g, beta=b, eps=eps, dtype=dtype, exact=y, stats=stats)
+    bound, test = _checks(op, x, g, b, eps, dtype, y, stats)
     return Case(op, np.dtype(dtype), d, eps, family, x, g, b, y, stats, bound, test)
 
 
@@ -93,24 +91,53 @@ def grade_case(kernel, case):
     with np.errstate(all="ignore"):
         a = kernel.fn(case.x, case.gamma, case.beta, case.eps)
     err = scaled_error(a, case.exact, case.gamma, case.dtype)
+    bound, test = case.bound, case.test
+    if kernel.classes:  # a design: graded against its own class, bound and test across rows
+        c = case
+        bound, test = _checks(
+            c.op, c.x, c.gamma, c.beta, c.eps, c.dtype, c.exact, c.stats, kernel.classes
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0, 0.0, err / case.bound)
-    over = err > case.bound
-    sb = case.test.check(a)
-    return dict(ratio=float(np.nanmax(ratio)) if ratio.size else 0.0, bound=bool(over.any()),
-                systematic=sb.verdict == "fail", scale=sb)
+        ratio = np.where(err == 0, 0.0, err / bound)
+    over = err > bound
+    sb = test.check(a)
+    return dict(
+        ratio=float(np.nanmax(ratio)) if ratio.size else 0.0,
+        bound=bool(over.any()),
+        systematic=sb.verdict == "fail",
+        scale=sb,
+    )
 
 
-def grade(dtypes=(np.float16, BF16, np.float32), ds=(8, 64, 768, 4096), eps_values=(1e-5, 1e-12),
-          families=None, rows=16, zoo=ZOO, seed=0):
+def grade(
+    dtypes=(np.float16, BF16, np.float32),
+    ds=(8, 64, 768, 4096),
+    eps_values=(1e-5, 1e-12),
+    families=None,
+    rows=16,
+    zoo=ZOO,
+    seed=0,
+):
     """Grade every kernel of ``zoo`` on every case of the grid (its op; the families of
     :func:`lneps.testing.families`, all by default): a list of dicts, one per kernel, with
     name, kind, op, ``passed`` (neither check fired anywhere), ``worst_ratio`` (the largest
     error-to-bound ratio), ``caught_by`` ("bound", "systematic", both, or "" if neither) and
     ``cases``/``caught`` (how many cases, how many caught), and ``suspects`` (the systematic
     test's suspects, most frequent first)."""
-    out = {k.name: dict(name=k.name, kind=k.kind, op=k.op, cases=0, caught=0, worst_ratio=0.0,
-                        bound=0, systematic=0, suspects={}) for k in zoo}
+    out = {
+        k.name: dict(
+            name=k.name,
+            kind=k.kind,
+            op=k.op,
+            cases=0,
+            caught=0,
+            worst_ratio=0.0,
+            bound=0,
+            systematic=0,
+            suspects={},
+        )
+        for k in zoo
+    }
     for op in sorted({k.op for k in zoo}):
         for dt in dtypes:
             for d in ds:
@@ -131,7 +158,9 @@ def grade(dtypes=(np.float16, BF16, np.float32), ds=(8, 64, 768, 4096), eps_valu
                             row["systematic"] += g["systematic"]
                             row["caught"] += g["bound"] or g["systematic"]
                             if g["scale"].suspect:
-                                row["suspects"][g["scale"].suspect] = row["suspects"].get(g["scale"].suspect, 0) + 1
+                                row["suspects"][g["scale"].suspect] = (
+                                    row["suspects"].get(g["scale"].suspect, 0) + 1
+                                )
     rows_out = []
     for row in out.values():
         by = [n for n in ("bound", "systematic") if row[n]]
@@ -148,9 +177,17 @@ def table_text(rows):
     body = []
     for r in rows:
         caught = ", ".join(f"{n} {r[n]}" for n in ("bound", "systematic") if r[n])
-        body.append([r["name"], r["kind"], r["op"], f"{r['worst_ratio']:.3g}",
-                     "pass" if r["passed"] else f"caught {r['caught']}/{r['cases']}", caught or "-",
-                     (r["suspects"][0] if r["suspects"] else "")])
+        body.append(
+            [
+                r["name"],
+                r["kind"],
+                r["op"],
+                f"{r['worst_ratio']:.3g}",
+                "pass" if r["passed"] else f"caught {r['caught']}/{r['cases']}",
+                caught or "-",
+                (r["suspects"][0] if r["suspects"] else ""),
+            ]
+        )
     widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths))]
     lines.append("  ".join("-" * w for w in widths))

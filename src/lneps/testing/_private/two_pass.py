@@ -5,17 +5,17 @@ The model and the analysis, term by term (``_two_pass_error``, ``_two_pass_cap``
 ``_rounded_once``), are in :func:`two_pass_bound`'s docstring and in the section "The derived
 tolerance" of the book's appendix "How the reference works" (the chapter "Testing a kernel
 against the exact answer" shows ``_two_pass_error``). :func:`lneps.testing.forward_bound`
-(:mod:`lneps.testing.forward_error`) covers more kernels, and RMS norm.
+(:mod:`lneps.testing._private.forward_error`) covers more kernels, and RMS norm.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import norms
-from .._checks import check_eps, check_float_dtype
-from ..formats import format_of, ulp
-from ._arrays import _FORMATS, _as_numpy, _axes
+from ... import norms
+from ..._checks import check_eps, check_float_dtype
+from ...formats import format_of, ulp
+from .arguments import FORMATS, as_numpy, reduced_axes
 from .kernel_classes import gamma_n
 
 __all__ = ["U32", "two_pass_bound"]
@@ -28,12 +28,16 @@ def _two_pass_error(d, mean_abs, r, core, y, gain, dt):
     """:func:`two_pass_bound`'s analysis, term by term: a bound on |kernel - y| (absolute),
     from d, mean|x|, r = 1/sqrt(var + eps), the core |x - mu| r, |y| and |gamma| (1 without a gain)."""
     u32, eta = U32, 2.0**-150
-    D = (gamma_n(d + 1, U32) * mean_abs + eta) * r  # |mu^ - mu| r: the mean's error in units of the output
+    D = (
+        gamma_n(d + 1, U32) * mean_abs + eta
+    ) * r  # |mu^ - mu| r: the mean's error in units of the output
     rho_lo = gamma_n(d + 5, U32) + 2.0**-147 * r * r  # w = (var + eps)(1 + rho)
     rho_hi = rho_lo + (1 + gamma_n(d + 5, U32)) * D * D
     psi = gamma_n(2, U32)  # the reciprocal square root
-    R = np.maximum((1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
-                   1 - (1 - psi) / np.sqrt(1 + rho_hi))
+    R = np.maximum(
+        (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, np.nan)) - 1,
+        1 - (1 - psi) / np.sqrt(1 + rho_hi),
+    )
     R = np.where(np.isnan(R), np.inf, R)  # |r^/r - 1| <= R
     En = core * ((1 + R) * (1 + u32) ** 2 - 1) + D * (1 + R) * (1 + u32) ** 2 + eta  # |n^ - core|
     Ec = gain * (En + u32 * (core + En)) + eta * (1 + gain)  # |gamma n^ + beta - y| in float32
@@ -52,7 +56,11 @@ def _two_pass_cap(d, core, gain):
 def _rounded_once(Ec, y, dt):
     """|result - y| given |c - y| <= Ec for the float32 value c the kernel rounds to dt (y's
     own float64 error allowed for)."""
-    E = Ec + y * 2.0**-52 + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    E = (
+        Ec
+        + y * 2.0**-52
+        + (0.5 * ulp(y * (1 + 2.0**-50) + Ec, np.float32) if dt != np.float32 else 0.0)
+    )
     lower, upper = np.fmax(y - E, 0.0), (y + E) * (1 + 2.0**-40)  # the last rounding, to dt
     return E + np.fmax(0.5 * ulp(lower, dt), np.fmin(0.5 * ulp(upper, dt), 2 * E))
 
@@ -62,7 +70,7 @@ def _gain(g, axis, shape):
     if g is None:
         return 1.0
     s, nd = np.abs(g.astype(np.float64)), len(shape)
-    axes = _axes(axis, nd)
+    axes = reduced_axes(axis, nd)
     if s.ndim and s.shape == tuple(shape[a] for a in axes):  # placed as the op applies gamma
         s = s.reshape([shape[a] if a in axes else 1 for a in range(nd)])
     return np.broadcast_to(s, shape)
@@ -79,7 +87,7 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     and added; a reciprocal square root within one float32 ulp (:math:`\gamma_2`);
     :math:`\gamma\hat n + \beta` in any order of the products; one last rounding to ``dtype``.
 
-    Result: a forward error analysis (module ``lneps.testing.two_pass``; derived in the
+    Result: a forward error analysis (module ``lneps.testing._private.two_pass``; derived in the
     appendix "How the reference works"): the mean's error in units of the output,
     :math:`D = \gamma_{d+1} M r` (the offset term, which grows with d and :math:`|m|/\sigma`),
     the reciprocal square root's relative error :math:`R \approx \gamma_{d+5}/2 + \gamma_2 +
@@ -108,10 +116,12 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
     >>> bool((two_pass_bound(x) < 1).all())
     True
     """
-    xa = _as_numpy(x, "x")
-    small = _FORMATS[:3]
+    xa = as_numpy(x, "x")
+    small = FORMATS[:3]
     if xa.dtype not in small:
-        raise TypeError(f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input")
+        raise TypeError(
+            f"x has dtype {xa.dtype}; two_pass_bound models float16, bfloat16 or float32 input"
+        )
     dt = xa.dtype if dtype is None else check_float_dtype(dtype)
     if dt not in small:
         raise TypeError(f"dtype must be float16, bfloat16 or float32; got {dt}")
@@ -121,15 +131,17 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         if v is None:
             gb.append(None)
             continue
-        a = _as_numpy(v, name)
+        a = as_numpy(v, name)
         a64 = a.astype(np.float64)
         with np.errstate(over="ignore"):
             if not np.array_equal(a64.astype(np.float32).astype(np.float64), a64):
-                raise ValueError(f"{name} has values that float32 cannot hold; the model stores it in the input format")
+                raise ValueError(
+                    f"{name} has values that float32 cannot hold; the model stores it in the input format"
+                )
         gb.append(a)
     g, b = gb
     x64 = xa.astype(np.float64)
-    axes = _axes(axis, xa.ndim)
+    axes = reduced_axes(axis, xa.ndim)
     d = int(np.prod([xa.shape[a] for a in axes]))
     z, _, rstd = norms.layer_norm(x64, eps=e_, axis=axis, return_stats=True)
     y = norms.layer_norm(x64, g, b, eps=e_, axis=axis)
@@ -147,9 +159,14 @@ def two_pass_bound(x, gamma=None, beta=None, *, eps=1e-5, axis=-1, dtype=None) -
         # overflow of the float32 arithmetic: partial sums of x (at most d M), of the t_j^2 (at
         # most their total, d (sigma^2 + |mu^ - m|^2)(1 + gamma_{d+4})), and the output
         f32max = format_of(np.float32).largest * (1 - 2.0**-20)
-        var = np.mean(np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True)
+        var = np.mean(
+            np.square(x64 - np.mean(x64, axis=axes, keepdims=True)), axis=axes, keepdims=True
+        )
         dmu = gamma_n(d + 1, U32) * mabs
-        risky = ((d * mabs > f32max) | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(d + 5, U32)) > f32max)
-                 | (ya + err > format_of(dt).largest))
+        risky = (
+            (d * mabs > f32max)
+            | (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(d + 5, U32)) > f32max)
+            | (ya + err > format_of(dt).largest)
+        )
         out = np.where(risky | ~np.isfinite(out), np.inf, out)
     return np.broadcast_to(out, xa.shape).astype(np.float64)

@@ -17,10 +17,10 @@ output format. The bound is the largest, over the classes, of a forward error an
 Higham's :math:`\gamma_k = ku/(1-ku)`, capped where a class's normalized values cannot grow
 (at most :math:`\sqrt d` for two passes), evaluated in float64 with its own error allowed for.
 The analysis, term by term, is the section "The derived tolerance" of the book's appendix
-"How the reference works"; every term is a function of :mod:`lneps.testing.kernel_classes`
-(of :mod:`lneps.testing.two_pass` for :func:`lneps.testing.two_pass_bound`). The floor under
+"How the reference works"; every term is a function of :mod:`lneps.testing._private.kernel_classes`
+(of :mod:`lneps.testing._private.two_pass` for :func:`lneps.testing.two_pass_bound`). The floor under
 the bound that :func:`lneps.testing.assert_close` tries first is
-:func:`lneps.testing.bound_floor.bound_floor`.
+:func:`lneps.testing._private.deferred_bound.bound_floor`.
 """
 
 from __future__ import annotations
@@ -28,10 +28,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import norms
-from .._checks import check_axes, check_eps, check_float_dtype, check_param_shape
-from ._arrays import _FORMATS, _as_numpy
-from .kernel_classes import _ACC, KERNEL_CLASSES, _eval, _finish, _Fmt, _prune, _row_stats, gamma_n
+from ... import norms
+from ...formats import format_of
+from ..._checks import check_axes, check_eps, check_float_dtype, check_param_shape
+from .arguments import FORMATS, as_numpy
+from .kernel_classes import (
+    ACC,
+    KERNEL_CLASSES,
+    check_kernels,
+    evaluate,
+    finish,
+    Fmt,
+    prune,
+    row_stats,
+    gamma_n,
+)
 
 __all__ = ["forward_bound", "FORWARD_OPS"]
 
@@ -39,16 +50,16 @@ __all__ = ["forward_bound", "FORWARD_OPS"]
 FORWARD_OPS = ("layer_norm", "rms_norm")
 
 
-def _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
+def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
     """Check and lay out the arguments of forward_bound and scale_bias: rows of d numbers."""
     if op not in FORWARD_OPS:
         raise ValueError(f"op must be one of {', '.join(FORWARD_OPS)}; got {op!r}")
-    xa = _as_numpy(x, "x")
+    xa = as_numpy(x, "x")
     if xa.ndim == 0:
         raise ValueError("x must have at least one axis")
     axes = check_axes(xa, axis)
     dt = xa.dtype if dtype is None else check_float_dtype(dtype)
-    if dt not in _FORMATS:
+    if dt not in FORMATS:
         raise TypeError(f"dtype must be float16, bfloat16, float32 or float64; got {dt}")
     if eps is None:
         if op != "rms_norm":
@@ -64,11 +75,15 @@ def _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         if v is None:
             params.append(None)
             continue
-        p = _as_numpy(v, name).astype(np.float64)
+        p = as_numpy(v, name).astype(np.float64)
         with np.errstate(over="ignore"):
-            if acc == 32 and not np.array_equal(p.astype(np.float32).astype(np.float64), p, equal_nan=True):
-                raise ValueError(f"{name} has values that float32 cannot hold; the model stores it in the "
-                                 "accumulation format")
+            if acc == 32 and not np.array_equal(
+                p.astype(np.float32).astype(np.float64), p, equal_nan=True
+            ):
+                raise ValueError(
+                    f"{name} has values that float32 cannot hold; the model stores it in the "
+                    "accumulation format"
+                )
         if p.ndim:
             p = check_param_shape(p, name, xa, axes, "normalized")
         params.append(p)
@@ -97,12 +112,14 @@ def _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
                 mean = None
         exact = y if exact is None else exact
         stats = (mean, rstd) if stats is None else stats
-    ex = _as_numpy(exact, "exact")
+    ex = as_numpy(exact, "exact")
     if ex.shape != xa.shape:
         raise ValueError(f"exact has shape {ex.shape}; x has shape {xa.shape}")
     if op == "layer_norm":
         if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
-            raise ValueError("stats for layer_norm is (mean, rstd), as layer_norm(..., return_stats=True) gives")
+            raise ValueError(
+                "stats for layer_norm is (mean, rstd), as layer_norm(..., return_stats=True) gives"
+            )
         mean, rstd = stats
         mean = stat_rows(mean)
     else:
@@ -110,23 +127,54 @@ def _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         mean = None
     rstd = stat_rows(rstd)
     grow = None if g is None else (np.full((1, 1), float(g)) if g.ndim == 0 else g.reshape(1, d))
-    back_shape = tuple(xa.shape[k] for k in range(xa.ndim) if k not in axes) + tuple(xa.shape[a] for a in axes)
+    back_shape = tuple(xa.shape[k] for k in range(xa.ndim) if k not in axes) + tuple(
+        xa.shape[a] for a in axes
+    )
 
     def back(out2):
         return np.moveaxis(out2.reshape(back_shape), last, axes)
 
     eps_hat = float(np.asarray(e_, dtype=accdt))
-    return dict(xa=xa, x2=rows(xa), y2=rows(ex), rows=rows, mean=mean, rstd=rstd, g=grow, d=d, dt=np.dtype(dt), acc=acc,
-                axes=axes, kept=kept,
-                eps=e_, eps_hat=eps_hat, back=back, op=op)
+    u_in = 0.0 if xa.dtype == np.float64 else format_of(xa.dtype).u  # for DESIGN_CLASSES
+    return dict(
+        u_in=u_in,
+        xa=xa,
+        x2=rows(xa),
+        y2=rows(ex),
+        rows=rows,
+        mean=mean,
+        rstd=rstd,
+        g=grow,
+        d=d,
+        dt=np.dtype(dt),
+        acc=acc,
+        axes=axes,
+        kept=kept,
+        eps=e_,
+        eps_hat=eps_hat,
+        back=back,
+        op=op,
+    )
 
 
-def _block_rows(d, block):
+def block_rows(d, block):
     return max(1, int(block) // max(d, 1))
 
 
-def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exact=None, stats=None,
-                  kernels=KERNEL_CLASSES, block=1 << 16) -> np.ndarray:
+def forward_bound(
+    op,
+    *,
+    x,
+    gamma=None,
+    beta=None,
+    eps,
+    dtype=None,
+    axis=-1,
+    exact=None,
+    stats=None,
+    kernels=KERNEL_CLASSES,
+    block=1 << 16,
+) -> np.ndarray:
     r"""Per element, the largest scaled error a correct kernel of ``op`` can make in ``dtype``:
     the default tolerance of :func:`lneps.testing.assert_close`.
 
@@ -152,7 +200,7 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
     kernel known to run two passes gets the sharper bound of that class alone.
 
     Result: per element the largest, over these kernel classes, of a worst-case forward error
-    bound (``lneps.testing.kernel_classes`` lists the terms; the appendix "How the reference works"
+    bound (``lneps.testing._private.kernel_classes`` lists the terms; the appendix "How the reference works"
     derives them): the mean's error :math:`D \approx d u M r` (layer norm), the reciprocal
     square root's :math:`R \approx d u/2` (Welford: :math:`d u`) plus :math:`\gamma_5`, so
     :math:`|\hat n_i - z_i| \lesssim |z_i|R + D`, the affine step's and the output's
@@ -180,7 +228,7 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
 
     >>> import numpy as np, lneps
     >>> from lneps.testing import families
-    >>> from lneps.testing.forward_error import forward_bound
+    >>> from lneps.testing import forward_bound
     >>> x = families(np.float32, 4096, rows=4)["normal"].x
     >>> bound = forward_bound("layer_norm", x=x, eps=1e-5)
     >>> y = lneps.layer_norm(x, eps=1e-5, compute_dtype=np.float32)  # a naive float32 kernel
@@ -189,17 +237,15 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
     >>> bool((scaled <= bound).all()), round(float(bound.max()), -2)
     (True, 8000.0)
     """
-    classes = (kernels,) if isinstance(kernels, str) else tuple(kernels)
-    if not classes or any(k not in KERNEL_CLASSES for k in classes):
-        raise ValueError(f"kernels must name some of {', '.join(KERNEL_CLASSES)}; got {kernels!r}")
-    P = _prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
+    classes = check_kernels(kernels)
+    P = prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats)
     d, dt, acc, x2, y2, g = P["d"], P["dt"], P["acc"], P["x2"], P["y2"], P["g"]
-    A = _ACC[acc]
+    A = ACC[acc]
     u, eta = A["u"], A["eta"]
-    fmt, accf = _Fmt(dt), _Fmt(np.float64 if acc == 64 else np.float32)
+    fmt, accf = Fmt(dt), Fmt(np.float64 if acc == 64 else np.float32)
     nrows = x2.shape[0]
     out = np.empty((nrows, d), dtype=np.float64)
-    B = _block_rows(d, block)
+    B = block_rows(d, block)
     ag = None if g is None else np.abs(g)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for r0 in range(0, nrows, B):
@@ -218,10 +264,10 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
             q = np.einsum("ij,ij->i", core, core)[:, None] / d * (1 + 2.0**-39)
             q = np.fmin(q, 1.0)
             with_x = (M, X, mean, q) if op == "layer_norm" else None
-            lines, info = _row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes)
+            lines, info = row_stats(op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"])
             lines = [[(a * (1 + 2.0**-40), b) for a, b in cls] for cls in lines]
-            lines = _prune(lines, core.max(axis=1, keepdims=True))
-            F = _eval(lines, core)
+            lines = prune(lines, core.max(axis=1, keepdims=True))
+            F = evaluate(lines, core)
             ya = np.abs(y2[r0:r1], dtype=np.float64)
             # Ec = |gamma| F + eta (1 + |gamma|)
             if ag is not None:
@@ -229,18 +275,20 @@ def forward_bound(op, *, x, gamma=None, beta=None, eps, dtype=None, axis=-1, exa
                 F += eta * (1 + ag)
             else:
                 F += 2 * eta
-            E = _finish(F, ya, fmt, accf)
+            E = finish(F, ya, fmt, accf)
             # overflow of the accumulation: partial sums of x (d M), of the squares, the output
             if op == "layer_norm":
                 var = q / (rstd * rstd)
                 dmu = info["D"] / rstd
-                risky = (d * M > A["big"] * (1 - 2.0**-20)) | \
-                    (d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(2 * d + 8, u)) > A["big"] * (1 - 2.0**-20))
+                risky = (d * M > A["big"] * (1 - 2.0**-20)) | (
+                    d * (var * (1 + 2.0**-40) + dmu * dmu) * (1 + gamma_n(2 * d + 8, u))
+                    > A["big"] * (1 - 2.0**-20)
+                )
             else:
                 var = q / (rstd * rstd)
                 risky = d * var * (1 + gamma_n(d + 3, u)) > A["big"] * (1 - 2.0**-20)
             # the output could overflow: |y| + E beyond the format's largest (rare; rows first)
-            over = (ya.max(axis=1) + E.max(axis=1) > fmt.big)
+            over = ya.max(axis=1) + E.max(axis=1) > fmt.big
             if over.any():
                 E[over] = np.where(ya[over] + E[over] > fmt.big, np.inf, E[over])
             denom = np.fmax(ya, ag, out=ya) if ag is not None else np.fmax(ya, 1.0, out=ya)

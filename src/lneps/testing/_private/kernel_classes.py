@@ -2,13 +2,13 @@ r"""The kernel classes of :func:`lneps.testing.forward_bound`'s model, and each 
 
 :data:`KERNEL_CLASSES` names them: two passes, each sum in any order; Welford's update,
 sequentially or per lane with Chan's merges in any tree; one pass :math:`E[x^2] - E[x]^2` in
-float64 for 16- and 32-bit formats. For a block of rows, :func:`_row_stats` gives each class's
+float64 for 16- and 32-bit formats. For a block of rows, :func:`row_stats` gives each class's
 bound on :math:`|c_i - y_i|` (c the kernel's value in the accumulation format, before the last
 rounding) as the minimum of a few lines :math:`|\gamma_i|(a|z_i| + b)` (the forward error
 analysis in Higham's :math:`\gamma_k = ku/(1-ku)`, ``_R`` and ``_line``, and the caps where a
 class's normalized values cannot grow); the bound is the largest over the classes.
-:func:`_prune` drops the lines that cannot matter, :func:`_eval` evaluates the rest per element,
-and :func:`_finish` adds the last roundings, to the accumulation format and to the output
+:func:`prune` drops the lines that cannot matter, :func:`evaluate` evaluates the rest per element,
+and :func:`finish` adds the last roundings, to the accumulation format and to the output
 format. The derivation, term by term, is the section "The derived tolerance" of the book's
 appendix "How the reference works".
 """
@@ -19,16 +19,28 @@ import math
 
 import numpy as np
 
-from ..formats import format_of
+from ...formats import format_of
 
-__all__ = ["KERNEL_CLASSES"]
+__all__ = ["KERNEL_CLASSES", "DESIGN_CLASSES"]
 
 #: Per accumulation format: unit roundoff, eta (half the smallest subnormal: an underflow),
 #: nu (the squares' underflow, relative to r^-2), the smallest stored eps for the sqrt(d)
 #: cap, the largest finite number.
-_ACC = {
-    32: dict(u=2.0**-24, eta=2.0**-150, nu=2.0**-147, cap_eps=2.0**-140, big=float(np.finfo(np.float32).max)),
-    64: dict(u=2.0**-53, eta=2.0**-1075, nu=2.0**-1072, cap_eps=2.0**-1065, big=float(np.finfo(np.float64).max)),
+ACC = {
+    32: dict(
+        u=2.0**-24,
+        eta=2.0**-150,
+        nu=2.0**-147,
+        cap_eps=2.0**-140,
+        big=float(np.finfo(np.float32).max),
+    ),
+    64: dict(
+        u=2.0**-53,
+        eta=2.0**-1075,
+        nu=2.0**-1072,
+        cap_eps=2.0**-1065,
+        big=float(np.finfo(np.float64).max),
+    ),
 }
 _EXPONENT = np.int64(0x7FF0000000000000)
 #: Welford's cap: |t_i| <= _C_W sqrt(M2) + (3.212 + 3.01 levels) u X (sqrt(1.606^2 3 + 8)).
@@ -37,7 +49,7 @@ _C_W = 3.968
 _MERGE_LEVELS = 10
 
 
-class _Fmt:
+class Fmt:
     """What the bound needs of a format: its ulp at |v| >= 0, fast (the exponent bits)."""
 
     def __init__(self, dt):
@@ -51,7 +63,9 @@ class _Fmt:
     def ulp(self, v, out=None):
         """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.formats.ulp`."""
         out = np.empty_like(v) if out is None else out
-        np.bitwise_and(v.view(np.int64), _EXPONENT, out=out.view(np.int64))  # 2^floor(log2 v), 0 for 0
+        np.bitwise_and(
+            v.view(np.int64), _EXPONENT, out=out.view(np.int64)
+        )  # 2^floor(log2 v), 0 for 0
         out *= self.scale
         return np.maximum(out, self.tiny, out=out)
 
@@ -66,7 +80,9 @@ def _R(rho_lo, rho_hi, psi):
     """|r^/r - 1| <= R given w = (var + eps)(1 + rho), -rho_lo <= rho <= rho_hi, and an rsqrt
     within psi relative."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(rho_lo < 1, (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, 1.0)) - 1, np.inf)
+        lo = np.where(
+            rho_lo < 1, (1 + psi) / np.sqrt(np.where(rho_lo < 1, 1 - rho_lo, 1.0)) - 1, np.inf
+        )
         return np.fmax(lo, 1 - (1 - psi) / np.sqrt(1 + rho_hi))
 
 
@@ -81,13 +97,45 @@ def _line(R, D, u, k, eta):
 
 #: The kernel classes of :func:`forward_bound`'s model (layer norm).
 KERNEL_CLASSES = ("two_pass", "welford", "one_pass_float64")
+#: Real designs that round inside the kernel to the input format, which a test opts into with
+#: ``kernels=`` (never in the default: they are looser than a correct kernel must be):
+#: "stats_in_input_format", two-pass statistics in float32 stored in the input format (mean
+#: and rstd, as torch's CPU kernels keep them), then the rest in float32; "cast_then_weighted",
+#: the normalized value computed in float32, cast to the input format, then multiplied by the
+#: gain in the input format (Hugging Face's Llama RMSNorm).
+DESIGN_CLASSES = ("stats_in_input_format", "cast_then_weighted")
 
 
-def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True):
+def check_kernels(kernels) -> tuple:
+    """``kernels=`` as a tuple of class names, each one of :data:`KERNEL_CLASSES`: ``ValueError``
+    naming them otherwise (a misspelt class must fail whether or not a bound is needed)."""
+    classes = (kernels,) if isinstance(kernels, str) else tuple(kernels)
+    known = KERNEL_CLASSES + DESIGN_CLASSES
+    if not classes or any(k not in known for k in classes):
+        raise ValueError(f"kernels must name some of {', '.join(known)}; got {kernels!r}")
+    return classes
+
+
+def _design_lines(classes, base, R, D, u, k, eta, u_in):
+    """The lines of the design classes asked for, from a two-pass class's R and D (``base``:
+    its lines). Stored in the input format (unit roundoff ``u_in``), rstd is off by a further
+    factor within (1 + u_in) and the mean by u_in |mean| (``D`` includes it); cast to the input
+    format and then weighted there, the normalized value takes two more roundings of u_in."""
+    out = []
+    if "stats_in_input_format" in classes:
+        out.append([_line((1 + R) * (1 + u_in) - 1, D, u, k, eta)])
+    if "cast_then_weighted" in classes:
+        grow = (1 + u_in) ** 2
+        out.append([((1 + a) * grow - 1, b * grow) for a, b in base])
+    return out
+
+
+def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True, u_in=0.0):
     """Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
     list per class, the bound being max over classes of min over the class's lines; and the
-    largest D and rho_+ over the classes (without the lines if not ``need_lines``)."""
-    A = _ACC[acc]
+    largest D and rho_+ over the classes (without the lines if not ``need_lines``). ``u_in``:
+    the input format's unit roundoff, for :data:`DESIGN_CLASSES`."""
+    A = ACC[acc]
     u, eta, nu = A["u"], A["eta"], A["nu"]
     psi = gamma_n(5, u)
     r = rstd * (1 + 2.0**-40)
@@ -104,11 +152,19 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
         rho = gamma_n(d + 3, u) + nu * r * r
         cls = [_line(_R(rho, rho, psi), 0.0, u, 1, eta)] if need_lines else []
         if eps_hat >= A["cap_eps"]:
-            cls.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 3, u)) * (1 + u)))
+            cls.append(
+                (
+                    1.0,
+                    math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 3, u)) * (1 + u),
+                )
+            )
         cap = eps_cap(0.0, 1)
         if cap is not None:
             cls.append(cap)
-        return [cls], dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
+        out = [cls] if any(c in KERNEL_CLASSES for c in classes) else []
+        if need_lines:
+            out += _design_lines(classes, cls, _R(rho, rho, psi), 0.0, u, 1, eta, u_in)
+        return out, dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
     M, X, m, q = with_x
     lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
     # T: two-pass, any order
@@ -118,7 +174,9 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
     rhi_T = rlo_T + (1 + gamma_n(d + 5, u)) * D_T * D_T
     cls_T = [_line(_R(rlo_T, rhi_T, psi), D_T, u, 2, eta)] if need_lines else []
     if eps_hat >= A["cap_eps"]:
-        cls_T.append((1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 5, u)) * (1 + u)))
+        cls_T.append(
+            (1.0, math.sqrt(d) * (1 + u) * (1 + psi) / math.sqrt(1 - gamma_n(d + 5, u)) * (1 + u))
+        )
     cap = eps_cap(dmu_T, 2)
     if cap is not None:
         cls_T.append(cap)
@@ -126,8 +184,11 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
     cX = 3 * (2 + lnd) + 7 * l2d
     E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + gamma_n(2 * d + cX, u))
     D_W = E_W * r
-    first = 2 * u * (d - 1) * q + 6 * u * math.sqrt(2 * (1 + lnd)) * q \
+    first = (
+        2 * u * (d - 1) * q
+        + 6 * u * math.sqrt(2 * (1 + lnd)) * q
         + (4 / 3) * u * np.abs(m) * r * (d + 1) ** 1.5 / d * np.sqrt(q)
+    )
     rlo_W = gamma_n(d + 5, u) + (1 + gamma_n(d + 5, u)) * first + nu * r * r
     rhi_W = rlo_W + (4 + l2d) * (1 + gamma_n(d + 5, u)) * D_W * D_W
     cls_W = [_line(_R(rlo_W, rhi_W, psi), D_W, u, 2, eta)] if need_lines else []
@@ -153,7 +214,9 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
         dmu_O = d64 + u * (np.abs(m) + d64) + eta
         D_O = dmu_O * r
         var = q / (r * r)
-        err_v = gamma_n(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (2 * np.abs(m) + d64) * d64 * (1 + 2 * u64)
+        err_v = gamma_n(d + 3, u64) * (var + 2 * m * m + 2 * d64 * d64) + (
+            2 * np.abs(m) + d64
+        ) * d64 * (1 + 2 * u64)
         rho_O = gamma_n(2, u) + err_v * r * r * (1 + u) + nu * r * r
         cls_O = [_line(_R(rho_O, rho_O, psi), D_O, u, 2, eta)] if need_lines else []
         cap = eps_cap(dmu_O, 2)
@@ -162,17 +225,25 @@ def _row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_l
         lines.append(cls_O)
         rho_max = np.fmax(rho_max, rho_O)
         D = np.fmax(D, D_O)
+    if need_lines and any(c in DESIGN_CLASSES for c in classes):
+        D_S = (dmu_T + u_in * (np.abs(m) + dmu_T)) * r  # the mean stored: u_in |mean| more
+        lines += _design_lines(classes, cls_T, _R(rlo_T, rhi_T, psi), D_S, u, 2, eta, u_in)
     return lines, dict(rho_max=rho_max, D=D, D_T=D_T, D_W=D_W)
 
 
-def _prune(lines, zmax):
+def prune(lines, zmax):
     """Drop the lines and classes that cannot matter on |z| in [0, zmax] for every row of the
     block: a line that another kept line of its class lies below at both ends (the class is
     their minimum), and a class that another kept class lies above at both ends of one of its
     lines (a minimum of lines is concave: above a line at both ends is above it between)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        ends = [[(np.broadcast_to(b, zmax.shape), np.broadcast_to(a * zmax + b, zmax.shape)) for a, b in cls]
-                for cls in lines]
+        ends = [
+            [
+                (np.broadcast_to(b, zmax.shape), np.broadcast_to(a * zmax + b, zmax.shape))
+                for a, b in cls
+            ]
+            for cls in lines
+        ]
     if any(np.isnan(e).any() for cls in ends for pair in cls for e in pair):
         return lines
 
@@ -187,15 +258,21 @@ def _prune(lines, zmax):
                 gone.add(j)
         keep = [j for j in range(len(cls)) if j not in gone]
         kept.append(([cls[j] for j in keep], [ce[j] for j in keep]))
-    mins = [(np.minimum.reduce([e[0] for e in ce]), np.minimum.reduce([e[1] for e in ce])) for _, ce in kept]
+    mins = [
+        (np.minimum.reduce([e[0] for e in ce]), np.minimum.reduce([e[1] for e in ce]))
+        for _, ce in kept
+    ]
     gone = set()
     for c, (_, ce) in enumerate(kept):
-        if any(o != c and o not in gone and any(below(e, mins[o]) for e in ce) for o in range(len(kept))):
+        if any(
+            o != c and o not in gone and any(below(e, mins[o]) for e in ce)
+            for o in range(len(kept))
+        ):
             gone.add(c)
     return [kept[c][0] for c in range(len(kept)) if c not in gone]
 
 
-def _eval(lines, core):
+def evaluate(lines, core):
     """max over classes of min over each class's lines a |z| + b, elementwise (fmin/fmax: a
     NaN line, from 0 * inf, never wins)."""
     out, cur, tmp = None, np.empty_like(core), np.empty_like(core)
@@ -213,7 +290,7 @@ def _eval(lines, core):
     return out
 
 
-def _finish(Ec, ya, fmt, accf):
+def finish(Ec, ya, fmt, accf):
     """|result - y| given |c - y| <= Ec for c in the accumulation format (in place in Ec): c
     rounded to it first if the output format differs, then once to the output format (y's own
     float64 error allowed for)."""

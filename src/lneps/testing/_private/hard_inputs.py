@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import families as _registry
-from .._checks import check_float_dtype, check_positive_int
-from ..families import Family
-from ._arrays import _FORMATS, _NAMES
+from ... import families as _registry
+from ..._checks import check_float_dtype, check_positive_int
+from ...families import Family
+from .arguments import FORMATS, FORMAT_NAMES
 
 __all__ = ["Family", "families"]
 
@@ -55,8 +55,8 @@ def families(dtype, d, *, rows=64, seed=0, kinds=None) -> dict[str, Family]:
     (18, (2, 8), 60000.0)
     """
     dt = check_float_dtype(dtype)
-    if dt not in _FORMATS:
-        raise TypeError(f"dtype must be {_NAMES}; got {dt}")
+    if dt not in FORMATS:
+        raise TypeError(f"dtype must be {FORMAT_NAMES}; got {dt}")
     d, rows = check_positive_int(d, "d"), check_positive_int(rows, "rows")
     wanted = _registry.HARD if kinds is None else _registry.names(kinds)
     index = {name: k for k, name in enumerate(_registry.FAMILIES)}  # a family's seed index

@@ -80,11 +80,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backward as _backward
-from .. import norms
-from .._checks import check_axis, check_eps
-from ..formats import format_of, ulp
-from ._arrays import _FORMATS, _as_numpy
+from ... import backward as _backward
+from ... import norms
+from ..._checks import check_axis, check_eps
+from ...formats import format_of, ulp
+from .arguments import FORMATS, as_numpy
+from .kernel_classes import check_kernels
 
 __all__ = ["backward_bound", "backward_scale", "BACKWARD_OPS", "BACKWARD_WRT"]
 
@@ -104,13 +105,15 @@ class _Rows:
         if op not in BACKWARD_OPS:
             raise ValueError(f"op must be one of {', '.join(BACKWARD_OPS)}; got {op!r}")
         if wrt not in BACKWARD_WRT or (op == "rms_norm" and wrt == "beta"):
-            raise ValueError(f"wrt must be 'x', 'gamma'{'' if op == 'rms_norm' else ' or beta'} for {op}; got {wrt!r}")
-        xa = _as_numpy(x, "x")
-        ga = _as_numpy(dy, "dy")
+            raise ValueError(
+                f"wrt must be 'x', 'gamma'{'' if op == 'rms_norm' else ' or beta'} for {op}; got {wrt!r}"
+            )
+        xa = as_numpy(x, "x")
+        ga = as_numpy(dy, "dy")
         if ga.shape != xa.shape:
             raise ValueError(f"dy must have x's shape {xa.shape}; got {ga.shape}")
         self.dt = xa.dtype if dtype is None else np.dtype(dtype)
-        if self.dt not in _FORMATS:
+        if self.dt not in FORMATS:
             raise TypeError(f"dtype must be float16, bfloat16, float32 or float64; got {self.dt}")
         self.wide = self.dt == np.float64
         self.u = 2.0**-53 if self.wide else 2.0**-24
@@ -120,7 +123,7 @@ class _Rows:
         self.axis = check_axis(xa, axis)
         self.shape = xa.shape
         acc = np.float64 if self.wide else np.float32
-        gam = None if gamma is None else _as_numpy(gamma, "gamma").astype(np.float64)
+        gam = None if gamma is None else as_numpy(gamma, "gamma").astype(np.float64)
         X = np.moveaxis(xa.astype(np.float64), self.axis, -1)
         G = np.moveaxis(ga.astype(np.float64), self.axis, -1)
         self.moved = X.shape
@@ -129,7 +132,9 @@ class _Rows:
         if gam is not None:
             gam = gam.reshape(-1) if gam.size != 1 else np.full(self.d, gam.reshape(-1)[0])
             if gam.shape != (self.d,):
-                raise ValueError(f"gamma must be a scalar or hold d = {self.d} gains; got shape {np.shape(gamma)}")
+                raise ValueError(
+                    f"gamma must be a scalar or hold d = {self.d} gains; got shape {np.shape(gamma)}"
+                )
         self.gam = gam
         if not self.wide:
             for a, name in ((self.X, "x"), (self.G, "dy"), (gam, "gamma")):
@@ -137,10 +142,14 @@ class _Rows:
                     with np.errstate(over="ignore", invalid="ignore"):
                         same = np.array_equal(a.astype(acc).astype(np.float64), a, equal_nan=True)
                     if not same:
-                        raise ValueError(f"{name} has values that float32 cannot hold; the model accumulates in float32")
+                        raise ValueError(
+                            f"{name} has values that float32 cannot hold; the model accumulates in float32"
+                        )
         self.op, self.wrt = op, wrt
         self.layer = op == "layer_norm"
-        self.ghat = self.G if gam is None else self.G * gam[None, :]  # exact: 24-bit products in float64
+        self.ghat = (
+            self.G if gam is None else self.G * gam[None, :]
+        )  # exact: 24-bit products in float64
         with np.errstate(all="ignore"):
             if self.layer:
                 z, _, rstd = norms.layer_norm(self.X, eps=self.eps, axis=-1, return_stats=True)
@@ -187,7 +196,9 @@ def backward_scale(op, wrt, *, x, dy, gamma=None, eps, axis=-1) -> np.ndarray:
     return rows.back(s) if wrt == "x" else s
 
 
-def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> np.ndarray:
+def backward_bound(
+    op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1, kernels=None
+) -> np.ndarray:
     r"""Per element of the gradient ``wrt`` (``"x"``, ``"gamma"`` or ``"beta"``) of ``op``
     (``"layer_norm"`` or ``"rms_norm"``) for input ``x``, upstream gradient ``dy`` and gain
     ``gamma``, the largest error, in ulp of :math:`\max(|\text{exact}|, s)` in ``dtype``
@@ -195,7 +206,11 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
     in float32 (float64 for float64 output) can make (the model and the derivation: module
     docstring). s is :func:`backward_scale`'s. x, dy and gamma must be exact in the
     accumulation format; ``axis`` is the normalized axis. Returns a float64 array of x's
-    shape (``"x"``) or of shape (d,).
+    shape (``"x"``) or of shape (d,). ``kernels=("stats_in_input_format",)``
+    (:data:`lneps.testing.DESIGN_CLASSES`): the statistics the forward pass saved are stored in
+    x's format, as torch's CPU kernels keep them, so rstd is off by a further factor within
+    :math:`1 + u_{in}` and the mean by :math:`u_{in}|\mu|` (the other classes name forward
+    kernels and change nothing here).
 
     >>> import numpy as np
     >>> x = np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32)
@@ -204,6 +219,9 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
     >>> b.shape, bool(np.all((b > 0.5) & (b < 40)))
     ((1, 4), True)
     """
+    stored = kernels is not None and "stats_in_input_format" in check_kernels(kernels)
+    x_dt = as_numpy(x, "x").dtype
+    u_in = format_of(x_dt).u if stored and x_dt != np.float64 else 0.0
     rows = _Rows(op, wrt, x, dy, gamma, eps, axis, dtype)
     u, eta, n, d = rows.u, rows.eta, rows.X.shape[0], rows.d
     gm = lambda k: _gamma(k, u)  # noqa: E731
@@ -223,6 +241,10 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
         R = np.maximum(R_lo, 1 - (1 - psi) / np.sqrt(1 + rho_hi))
         R = np.where(np.isnan(R), np.inf, R)
         R_lo = np.where(np.isnan(R_lo), np.inf, R_lo)
+        if u_in:  # statistics stored in the input format: rstd rounded, the mean rounded
+            R, R_lo = (1 + R) * (1 + u_in) - 1, (1 + R_lo) * (1 + u_in) - 1
+            if rows.layer:
+                D = D + u_in * (np.abs(X.mean(axis=1, keepdims=True)) * r + D) * (1 + 2.0**-40)
         E = au * ((1 + R) * (1 + u) ** 2 - 1) + D * (1 + R) * (1 + u) ** 2 + eta  # |u^ - u|
         N = np.sqrt(d) * (1 + u) * (1 + psi) / np.sqrt(1 - gm(d + 5))
         eps_acc = float(np.float64(rows.eps).astype(np.float64 if rows.wide else np.float32))
@@ -231,42 +253,73 @@ def backward_bound(op, wrt, *, x, dy, gamma=None, eps, dtype=None, axis=-1) -> n
             mg = ag.mean(axis=1, keepdims=True) * sl
             mgu = (ag * au).mean(axis=1, keepdims=True) * sl
             dA = (gm(d + 1) * (1 + u) + u) * mg if rows.layer else 0.0
-            dB = ((ag * ((1 + u) * E + u * au)).mean(axis=1, keepdims=True)
-                  + gm(d + 2) * (1 + u) * (ag * (au + E)).mean(axis=1, keepdims=True)) * sl
+            dB = (
+                (ag * ((1 + u) * E + u * au)).mean(axis=1, keepdims=True)
+                + gm(d + 2) * (1 + u) * (ag * (au + E)).mean(axis=1, keepdims=True)
+            ) * sl
             A = mg if rows.layer else 0.0
-            delta = (u * ag + dA + E * (mgu + dB) + au * dB
-                     + gm(4) * ((1 + u) * ag + A + dA + (au + E) * (mgu + dB)))
+            delta = (
+                u * ag
+                + dA
+                + E * (mgu + dB)
+                + au * dB
+                + gm(4) * ((1 + u) * ag + A + dA + (au + E) * (mgu + dB))
+            )
             y = np.abs(rows.exact())
-            err = y * ((1 + R) * (1 + gm(2)) - 1) + r * (1 + R) * (1 + gm(2)) * delta + 8 * eta * (1 + r)
+            err = (
+                y * ((1 + R) * (1 + gm(2)) - 1)
+                + r * (1 + R) * (1 + gm(2)) * delta
+                + 8 * eta * (1 + r)
+            )
             if capped:
-                big = (1 + u) * ag + (N * N * (1 + gm(d + 2)) + ((1 + gm(d + 1)) if rows.layer else 0.0)) * (1 + u) * mg
+                big = (1 + u) * ag + (
+                    N * N * (1 + gm(d + 2)) + ((1 + gm(d + 1)) if rows.layer else 0.0)
+                ) * (1 + u) * mg
                 cap = y + r * (1 + R_lo) * (1 + gm(2)) * (1 + gm(4)) * big + 8 * eta * (1 + r)
                 err = np.fmin(err, cap)
-            risky = ((d * M > fmax) | (d * (1 / (r * r) + D * D / (r * r)) * 2 > fmax) | (r > fmax)
-                     | (d * ag.max(axis=1, keepdims=True) * N > fmax))
+            risky = (
+                (d * M > fmax)
+                | (d * (1 / (r * r) + D * D / (r * r)) * 2 > fmax)
+                | (r > fmax)
+                | (d * ag.max(axis=1, keepdims=True) * N > fmax)
+            )
         else:
             G = np.abs(rows.G)
             if rows.wrt == "gamma":
                 y = np.abs(rows.exact())
-                err = (G * ((1 + gm(n)) * (1 + u) * E + ((1 + u) * (1 + gm(n)) - 1) * au)).sum(axis=0) * sl
+                err = (G * ((1 + gm(n)) * (1 + u) * E + ((1 + u) * (1 + gm(n)) - 1) * au)).sum(
+                    axis=0
+                ) * sl
                 err = err + 8 * eta * n
                 if capped:
-                    err = np.fmin(err, y + (1 + gm(n)) * (1 + u) * N * G.sum(axis=0) * sl + 8 * eta * n)
-                risky = (n * N * G.max(axis=0, initial=0.0) > fmax) | np.any((d * M > fmax) | (r > fmax), axis=0)
+                    err = np.fmin(
+                        err, y + (1 + gm(n)) * (1 + u) * N * G.sum(axis=0) * sl + 8 * eta * n
+                    )
+                risky = (n * N * G.max(axis=0, initial=0.0) > fmax) | np.any(
+                    (d * M > fmax) | (r > fmax), axis=0
+                )
             else:
                 y = np.abs(rows.exact())
                 err = gm(max(n - 1, 0)) * G.sum(axis=0) * sl
                 risky = n * G.max(axis=0, initial=0.0) > fmax
         s = _scale(rows) * sl
         y = y * (1 + 2.0**-50)
-        if dt in (np.float16, _FORMATS[1], np.float64):
+        if dt in (np.float16, FORMATS[1], np.float64):
             err = err + 0.5 * ulp((y + err) * (1 + 2.0**-50), dt)
         out = err / ulp(np.fmax(y, s), dt) * (1 + 2.0**-20)
-        finite = np.isfinite(rows.X).all(axis=1, keepdims=True) & np.isfinite(rows.G).all(axis=1, keepdims=True)
+        finite = np.isfinite(rows.X).all(axis=1, keepdims=True) & np.isfinite(rows.G).all(
+            axis=1, keepdims=True
+        )
         if rows.gam is not None:
             finite = finite & bool(np.isfinite(rows.gam).all())
         if rows.wrt != "x":
-            finite = np.broadcast_to(finite.all(axis=0), out.shape) if n else np.ones(out.shape, dtype=bool)
-        out = np.where(risky | ~finite | ~np.isfinite(out) | (y + err > format_of(dt).largest), np.inf, out)
+            finite = (
+                np.broadcast_to(finite.all(axis=0), out.shape)
+                if n
+                else np.ones(out.shape, dtype=bool)
+            )
+        out = np.where(
+            risky | ~finite | ~np.isfinite(out) | (y + err > format_of(dt).largest), np.inf, out
+        )
     out = np.asarray(out, dtype=np.float64)
     return rows.back(np.broadcast_to(out, (n, d)).copy()) if wrt == "x" else out
