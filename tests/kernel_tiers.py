@@ -21,13 +21,13 @@ def _force(monkeypatch, tier):
     nothing), "triple" (nothing is decided before triple precision), "fractions" (nothing
     before rational arithmetic)."""
     if tier in ("double-double", "triple", "fractions"):
-        kinds = kernel_float64._kinds
+        kinds = kernel_float64.row_kinds
 
         def unproven(xin, chunks=None):
             exact, split, finite, top = kinds(xin, chunks)
             return exact & False, split & False, finite, top
 
-        monkeypatch.setattr(kernel_float64, "_kinds", unproven)
+        monkeypatch.setattr(kernel_float64, "row_kinds", unproven)
     if tier in ("no-vectorized-exact", "triple", "fractions"):
         monkeypatch.setattr(kernel_undecided, "round_where_exact",
                             lambda rows, k, x, g, b, dt: (np.zeros(len(k)), np.zeros(len(k), dtype=bool)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_real_float_array, check_axis, check_eps, check_float_dtype
-from .formats import _finfo
+from .formats import format_of
 
 __all__ = [
     "VARIANCE_METHODS",
@@ -53,7 +53,7 @@ def _divide_by_count(s: np.ndarray, n: int) -> np.ndarray:
     # s / n rounded once to s's format (n itself is not rounded: 3000 is not a bfloat16).
     # Up to float32, going through float64 (more than 2p + 2 bits) rounds the same as one
     # correctly rounded division; float64 and wider hold n exactly and divide directly.
-    if _finfo(s.dtype).nmant >= 52:
+    if format_of(s.dtype).p >= 53:
         return s / np.asarray(n, dtype=s.dtype)
     return (s.astype(np.float64) / n).astype(s.dtype)
 

@@ -275,7 +275,7 @@ def rms_norm(x, gamma=None, *, eps=None, axis=-1, compute_dtype=None, return_sta
     return (y, back(rstd[:, None], keep=True)) if stats else y
 
 
-def _with_estimate(kind, x, gamma=None, beta=None, *, eps, axis=-1):
+def normalize_with_estimate(kind, x, gamma=None, beta=None, *, eps, axis=-1):
     r""":func:`layer_norm` (``kind="layer"``) or :func:`rms_norm` (``"rms"``) of x in its own
     format (float16, bfloat16 or float32), with what :mod:`lneps.testing` grades against:
     ``(y, estimate, mean, rstd, E)``. y is the correctly rounded result; ``estimate`` the float64

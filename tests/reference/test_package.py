@@ -334,13 +334,9 @@ FACE_SOURCES = sorted([*SRC.rglob("*.py"), *(ROOT / "tools").rglob("*.py"), *(RO
 # Modules that still read another module's private name, each owned elsewhere: strict xfail, so
 # the entry must go when its module is mended. (lneps.norms needs a public name for the estimate
 # lneps.testing grades against; the kernel and the book's tables share helpers privately.)
-FACE_KNOWN = {"src/lneps/testing/_private/arguments.py", "src/lneps/kernel/driver.py",
-              "src/lneps/kernel/with_stats.py", "src/lneps/naive.py", "src/lneps/book/eps_tables.py"}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="owned elsewhere"))
-                                  if str(p.relative_to(ROOT)) in FACE_KNOWN else p for p in FACE_SOURCES],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", FACE_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_takes_a_private_name_from_another(path):
     if path.suffix == ".ipynb":
         tree, here, pkg = ast.parse(_code_cells(path)), ("book", path.stem), False

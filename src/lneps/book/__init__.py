@@ -21,7 +21,7 @@ import importlib
 
 _MODULES = ("symbolic", "symbolic_backward", "response", "finite_precision", "survey", "printing",
             "defaults", "eps_swap", "eps_tables", "frameworks", "incidents", "minilm", "activations",
-            "exact_ops", "defective", "kernel_zoo", "zoo_grades", "plotting", "slider", "training")
+            "exact_ops", "kernel_zoo", "zoo_grades", "plotting", "slider", "training")
 
 
 def __getattr__(name):

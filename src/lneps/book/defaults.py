@@ -332,7 +332,7 @@ def stored_eps(row: EpsDefault) -> float:
 SAME_EPS_RTOL = 1e-12
 
 
-def _same(a: float, b: float) -> bool:
+def same_value(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=SAME_EPS_RTOL, abs_tol=0.0)
 
 
@@ -351,9 +351,9 @@ def verdict(claimed_eps: float, row: EpsDefault) -> str:
     (relative difference 2.5e-8) does not.
     """
     claimed_eps = check_eps(claimed_eps)
-    library = _same(claimed_eps, effective_eps(row))
+    library = same_value(claimed_eps, effective_eps(row))
     released = row.released_values
-    matches_release = bool(released) and all(_same(claimed_eps, v) for v in released)
+    matches_release = bool(released) and all(same_value(claimed_eps, v) for v in released)
     if library and (not released or matches_release):
         return RIGHT
     if matches_release:

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .defaults import (DEFAULTS, KINDS, LIBRARY_ONLY, RELEASED_ONLY, WRONG, EpsDefault, Verdict, _same,
+from .defaults import (DEFAULTS, KINDS, LIBRARY_ONLY, RELEASED_ONLY, WRONG, EpsDefault, Verdict, same_value,
                        check_note_table, effective_eps, stored_eps, torch_rmsnorm_eps)
 
 __all__ = ["fmt_eps", "tex_eps", "explanation", "defaults_markdown", "note_table_markdown"]
@@ -17,7 +17,7 @@ def fmt_eps(value: float) -> str:
     """``1e-5``, ``1e-12``, ``1.19e-07``: a power of ten as ``1e-k``, anything else to 3 digits."""
     if value > 0:
         k = round(math.log10(value))
-        if _same(value, 10.0**k):
+        if same_value(value, 10.0**k):
             return f"1e{k}"
     return f"{value:.3g}" if value >= 1e-4 else f"{value:.2e}"
 
@@ -28,7 +28,7 @@ def tex_eps(value: float, digits: int = 3) -> str:
     if value <= 0 or not math.isfinite(value):
         return f"{value:g}"
     k = round(math.log10(value))
-    if _same(value, 10.0**k):
+    if same_value(value, 10.0**k):
         return f"10^{{{k}}}"
     mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
     return rf"{mantissa} \times 10^{{{int(exponent)}}}"

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import expansions as dd, float64
 from .double_double import DDRows, extreme, finish_rows
-from .plain import _plain
+from .plain import plain_rows
 from ..formats import to_format
 from .rounding import FAST_FORMATS, near_boundary
 from .undecided import UndecidedElements
@@ -19,7 +19,7 @@ U = dd.U
 #: Rows are processed in blocks of about this many elements, and longer rows in chunks of
 #: this many columns, so that every temporary is a few megabytes whatever the input's size.
 BLOCK_ELEMENTS = 1 << 16
-_KEYS = ("rows", "elements", "double_double_rows", "double_double_elements", "triple_elements",
+COUNT_KEYS = ("rows", "elements", "double_double_rows", "double_double_elements", "triple_elements",
          "exact_elements", "fraction_elements")
 
 
@@ -51,7 +51,7 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
     mean = np.empty(rows) if kind == "layer" else None
     rstd = np.empty(rows)
     counts = {} if counts is None else counts
-    for key in _KEYS:
+    for key in COUNT_KEYS:
         counts.setdefault(key, 0)
     counts["rows"] += rows
     counts["elements"] += rows * d
@@ -60,7 +60,7 @@ def normalize(x2d: np.ndarray, *, kind: str, eps: float, gamma=None, beta=None, 
         step, chunks = max(1, BLOCK_ELEMENTS // max(d, 1)), [(0, d)]
     else:
         step, chunks = 1, [(c, min(d, c + BLOCK_ELEMENTS)) for c in range(0, d, BLOCK_ELEMENTS)]
-    exact_sum = (lambda xr: float64._kinds(xr, chunks)[0]) if x2d.dtype in FAST_FORMATS else None
+    exact_sum = (lambda xr: float64.row_kinds(xr, chunks)[0]) if x2d.dtype in FAST_FORMATS else None
     undecided = UndecidedElements(x2d, y, chunks, kind, eps, g, b, counts, BLOCK_ELEMENTS, exact_sum)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
@@ -125,7 +125,7 @@ class _Block:
         n, d = self.xin.shape
         self.yout = yout
         if self.fast:
-            exact, split, finite, self.top = float64._kinds(self.xin, self.chunks)
+            exact, split, finite, self.top = float64.row_kinds(self.xin, self.chunks)
             proven = finite & (exact | split) if self.kind == "layer" else finite
         else:  # float64: tier B on every row; it finds the rows holding inf or NaN
             exact = split = None
@@ -140,7 +140,7 @@ class _Block:
             self._tier_b(B, mean, rstd)
         P = np.flatnonzero(~finite)
         if P.size:
-            mu, r = _plain(self.xin, P, self.chunks, self.kind, self.eps, self.g, self.b, yout)
+            mu, r = plain_rows(self.xin, P, self.chunks, self.kind, self.eps, self.g, self.b, yout)
             _store(mean, rstd, P, mu, r)
             if self.est is not None:
                 self.est[P] = np.nan
@@ -159,12 +159,12 @@ class _Block:
                 S = np.zeros(n)
                 Sp = None if split is None else [np.zeros(int(split.sum())), np.zeros(int(split.sum()))]
                 top = self.top if A is None else self.top[A]
-                Qh = None if split is None else float64._split_quantum(top[split], d)
+                Qh = None if split is None else float64.split_quantum(top[split], d)
                 for c0, c1 in self.chunks:
                     xc = x if self.single else xin[:, c0:c1].astype(np.float64)
                     S += xc.sum(axis=1)  # exact in exact rows
                     if split is not None:
-                        h, low = float64._halves(xc[split], Qh)
+                        h, low = float64.halves(xc[split], Qh)
                         Sp[0] += h.sum(axis=1)
                         Sp[1] += low.sum(axis=1)
                 if split is not None:
@@ -174,7 +174,7 @@ class _Block:
             T = [np.zeros(n), np.zeros(n)]
             for c0, c1 in self.chunks:
                 xc = x if self.single else xin[:, c0:c1].astype(np.float64)
-                t = float64._t_of(xc, kind, d, S, split, Sp, Qh)
+                t = float64.t_of(xc, kind, d, S, split, Sp, Qh)
                 hi, e = dd.two_sum(T[0], np.einsum("ij,ij->i", t, t))
                 T[0], T[1] = hi, T[1] + e
             s = (T[0] + T[1]) / d + (float(d) * d * self.eps if kind == "layer" else self.eps)
@@ -190,7 +190,7 @@ class _Block:
             n_eff = d if self.single else BLOCK_ELEMENTS + 2
             E = ((n_eff + 5) / 2 + 6) * U * 1.01
             for c0, c1 in self.chunks:
-                t = x if self.single else float64._t_of(xin[:, c0:c1].astype(np.float64), kind, d, S, split, Sp, Qh)
+                t = x if self.single else float64.t_of(xin[:, c0:c1].astype(np.float64), kind, d, S, split, Sp, Qh)
                 gc, bc = g.part(c0, c1, A), b.part(c0, c1, A)
                 y = t
                 y *= r[:, None]

@@ -4,7 +4,7 @@ their :math:`t_i = d\,x_i - \sum_j x_j` computed exactly (or rounded once).
 A float16, bfloat16 or float32 row is a set of multiples of its smallest spacing Q; when
 :math:`2d\max|x| < 2^{53}Q` the float64 sum and every :math:`t_i` are exact, and rows with a
 few tiny elements are split into a high and a low part whose sums are exact
-(:func:`_kinds`). The driver (:mod:`lneps.kernel.driver`) does the rest of the tier.
+(:func:`row_kinds`). The driver (:mod:`lneps.kernel.driver`) does the rest of the tier.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from ..formats import format_of
 
 
 def _row_kinds(xin: np.ndarray, chunks=None):
-    """``(exact, split, finite)`` of :func:`_kinds`."""
-    return _kinds(xin, chunks)[:3]
+    """``(exact, split, finite)`` of :func:`row_kinds`."""
+    return row_kinds(xin, chunks)[:3]
 
 
-def _kinds(xin: np.ndarray, chunks=None):
+def row_kinds(xin: np.ndarray, chunks=None):
     r"""Which rows tier A can prove, and how: ``(exact, split, finite)`` boolean masks.
 
     Every element and every partial sum of a row is a multiple of Q, the spacing at its
@@ -54,30 +54,30 @@ def _kinds(xin: np.ndarray, chunks=None):
     spacing = np.ldexp(1.0, exp_field - bias - nmant)
     with np.errstate(invalid="ignore", over="ignore"):
         exact = (2.0 * d * top < 2.0**53 * spacing) | (top == 0)
-        split = ~exact & (d * _split_quantum(top, d) < 2.0**53 * spacing)
+        split = ~exact & (d * split_quantum(top, d) < 2.0**53 * spacing)
     return exact & finite, split & finite, finite, top
 
 
-def _split_quantum(largest, d):
+def split_quantum(largest, d):
     r""":math:`Q_h = 2^{k-c}`: with :math:`2^k > \max|x|`, :math:`2d \cdot 2^k \le 2^{53} Q_h`."""
     _, k = np.frexp(largest)  # largest < 2**k
     c = 52 - int(2 * d - 1).bit_length()  # 2^c <= 2^52 / (2d)
     return np.ldexp(1.0, k - c)
 
 
-def _halves(x, Qh):
+def halves(x, Qh):
     """x = h + low exactly, h a multiple of Qh (adding and subtracting C rounds to ulp(C) = Qh)."""
     C = 1.5 * 2.0**52 * Qh[:, None]
     h = (x + C) - C
     return h, x - h
 
 
-def _t_of(x, kind, d, S, split, Sp, Qh):
+def t_of(x, kind, d, S, split, Sp, Qh):
     r""":math:`t = d x - S` in place of the float64 chunk x (exact rows), or rounded once from
     its exact value in split rows: :math:`(d h - S_h) + (d l - S_l)`, each part exact."""
     if kind == "rms":
         return x
-    parts = None if split is None else _halves(x[split], Qh)
+    parts = None if split is None else halves(x[split], Qh)
     x *= d
     x -= S[:, None]  # exact (_row_kinds)
     if parts is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _plain(xin, P, chunks, kind, eps, g, b, yout):
+def plain_rows(xin, P, chunks, kind, eps, g, b, yout):
     """The textbook two-pass formula in float64, for rows holding NaN or inf, chunk by chunk."""
     xr = xin[P]
     n, d = xr.shape

@@ -13,7 +13,7 @@ from .exact import exact_affine, exact_root
 from ..formats import format_of, to_format
 from .rounding import FAST_FORMATS
 from .surd import round_surd
-from .driver import BLOCK_ELEMENTS, _KEYS
+from .driver import BLOCK_ELEMENTS, COUNT_KEYS
 
 __all__ = ["normalize_with"]
 
@@ -30,7 +30,7 @@ def normalize_with(x2d: np.ndarray, mean, var, *, eps: float, gamma=None, beta=N
     :func:`normalize`.
     """
     counts = {} if counts is None else counts
-    for key in _KEYS:
+    for key in COUNT_KEYS:
         counts.setdefault(key, 0)
     n, d = x2d.shape
     m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (n, 1))

@@ -212,7 +212,7 @@ def op_caller(op, x, g, b, eps, axis, kw):
 
     if op in ("layer_norm", "rms_norm") and not kw:
         kind = "layer" if op == "layer_norm" else "rms"
-        f.estimate = lambda z: norms._with_estimate(
+        f.estimate = lambda z: norms.normalize_with_estimate(
             kind, z, call.get("gamma"), call.get("beta"), eps=call["eps"], axis=call["axis"]
         )
     return f, ax, op

@@ -254,7 +254,7 @@ def measure(call, rows=slice(None), exact=True):
 
 def _estimated(call, rows, xa, a):
     r""":func:`measure` against the kernel's float64 estimate :math:`\hat e` of each exact
-    value (:func:`lneps.norms._with_estimate`), within
+    value (:func:`lneps.norms.normalize_with_estimate`), within
     :math:`\delta = 2(E|\hat e - \beta| + u|\hat e|)` of it. The correctly rounded r is the
     kernel's own result when actual has x's format, and otherwise :math:`\hat e` rounded where
     no rounding boundary of actual's format lies within δ. The rows holding an element whose r
