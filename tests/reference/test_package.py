@@ -348,9 +348,10 @@ def test_no_module_takes_a_private_name_from_another(path):
 def test_the_face_scan_sees_what_it_must():
     # the scan itself, on imports that break the faces and on ones that keep them
     here = ("lneps", "book", "zoo")
-    breaks = _face_breaks(ast.parse("from lneps.testing._private.systematic import ScaleTest\n"
-                                    "from .defaults import _same\nimport lneps.norms as n\nn._with_estimate\n"
-                                    "from lneps.testing import _private\nfrom numpy._core import _multiarray_umath\n"), here, False)
+    source = ("from lneps.testing._private.systematic import ScaleTest\n"
+              "from .defaults import _same\nimport lneps.norms as n\nn._with_estimate\n"
+              "from lneps.testing import _private\nfrom numpy._core import _multiarray_umath\n")
+    breaks = _face_breaks(ast.parse(source), here, False)
     assert len(breaks) == 4, breaks
     keeps = ("from lneps.testing import ScaleTest\nfrom .._checks import check_eps\nimport numpy as np\n"
              "np.__version__\nfrom __future__ import annotations\n")

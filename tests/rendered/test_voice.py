@@ -8,7 +8,8 @@ meets. Each forbidden word is matched as a whole word, with its plurals (tests/r
 
 import pytest
 
-from rendered import APPENDIX, FORBIDDEN, REFERENCE, built_article, forbidden_words, reader_pages, rendered_text, toc_pages
+from rendered import (APPENDIX, FORBIDDEN, REFERENCE, built_article, forbidden_words, reader_pages,
+                      rendered_text, toc_pages)
 
 PAGES = reader_pages()
 

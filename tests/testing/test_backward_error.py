@@ -1,5 +1,5 @@
-"""lneps.testing._private.backward_error (backward_bound): correct float32 backward kernels (written here in NumPy) never
-exceed the derived tolerance, and defective ones do where their defect shows.
+"""lneps.testing._private.backward_error (backward_bound): correct float32 backward kernels
+(written here in NumPy) never exceed the derived tolerance, and defective ones do where their defect shows.
 
 Run with ``-s`` to see the measured ratios (worst error / bound) per kernel, family and d."""
 

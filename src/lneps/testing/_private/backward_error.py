@@ -22,7 +22,8 @@ subnormal), no overflow. A correct kernel computes
 
 1. :math:`\hat\mu` = a sum of the x in any order divided by d (or times fl(1/d)); RMS: none;
 2. :math:`\hat v_i = \mathrm{fl}(x_i - \hat\mu)`, :math:`\hat\sigma^2` = a sum of
-   :math:`\mathrm{fl}(\hat v_i^2)` in any order (fused or not) over d, :math:`w = \mathrm{fl}(\hat\sigma^2 + \hat\varepsilon)`;
+   :math:`\mathrm{fl}(\hat v_i^2)` in any order (fused or not) over d,
+   :math:`w = \mathrm{fl}(\hat\sigma^2 + \hat\varepsilon)`;
 3. :math:`\hat r` within 2 ulp of :math:`1/\sqrt w` (relative error :math:`\psi = 4\mathsf u`):
    a correctly rounded or approximate rsqrt, or a rounded sqrt and a rounded division;
 4. :math:`\hat u_i = \mathrm{fl}(\hat v_i\hat r)` (recomputed, or saved by the forward pass in the
@@ -54,7 +55,8 @@ subnormal), no overflow. A correct kernel computes
   :math:`|\hat c_i - c_i| \le \Delta_i = \mathsf u|\hat g_i| + \Delta_A + E_i(|B| + \Delta_B) + |u_i|\Delta_B
   + \gamma_4\big((1+\mathsf u)|\hat g_i| + |A| + \Delta_A + (|u_i|+E_i)(|B|+\Delta_B)\big)`
   (RMS norm: without A and :math:`\Delta_A`);
-* :math:`|\widehat{\partial x}_i - \partial x_i| \le |\partial x_i|((1+R)(1+\gamma_2) - 1) + r(1+R)(1+\gamma_2)\Delta_i`;
+* :math:`|\widehat{\partial x}_i - \partial x_i|
+  \le |\partial x_i|((1+R)(1+\gamma_2) - 1) + r(1+R)(1+\gamma_2)\Delta_i`;
 * dγ: :math:`\sum_{\text{rows}} |g|\big((1+\gamma_n)(1+\mathsf u)E + ((1+\mathsf u)(1+\gamma_n) - 1)|u|\big)`;
   dβ: :math:`\gamma_{n-1}\sum_{\text{rows}}|g|`.
 
