@@ -38,18 +38,19 @@ def cuda_problem():
     try:
         import torch
     except ImportError:
-        return "torch is not installed (pip install torch==2.13.0 with CUDA, see this script's docstring)"
+        return ("torch is not installed (pip install torch==2.13.0 with CUDA, see this script's "
+                "docstring)")
     if not torch.cuda.is_available():
-        return (f"no CUDA device: torch {torch.__version__} sees none (torch.cuda.is_available() is "
-                f"False). This script grades the kernels on a GPU; on a CPU, run "
-                f"`make gpu-kernels` (their interpreters)")
+        return (f"no CUDA device: torch {torch.__version__} sees none "
+                f"(torch.cuda.is_available() is False). This script grades the kernels on a GPU; "
+                f"on a CPU, run `make gpu-kernels` (their interpreters)")
     return None
 
 
 def _driver():
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -86,7 +87,8 @@ def main(argv=None):
         records += gpu_runs.grade(**case, device="cuda")
     out = {"schema": gpu_results.SCHEMA,
            "device": {"name": torch.cuda.get_device_name(0), "nvidia_smi": _driver(),
-                      "cuda": torch.version.cuda, "capability": list(torch.cuda.get_device_capability(0))},
+                      "cuda": torch.version.cuda,
+                      "capability": list(torch.cuda.get_device_capability(0))},
            "versions": {p: metadata.version(p.replace("_", "-")) for p in PACKAGES},
            "seconds": round(time.perf_counter() - start), "records": records}
     args.out.write_text(json.dumps(gpu_results.encode(out), indent=1) + "\n")

@@ -44,8 +44,8 @@ def _cpu():
 
 def _commit():
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -70,6 +70,22 @@ def provenance():
     }
 
 
+def saved_statistics():
+    """The format each kernel saves its mean and 1/std in for the backward pass, for float16
+    input: read from the kernels' own outputs, not from their sources."""
+    import jax.numpy as jnp
+    import torch
+    from jax.experimental.pallas.ops.gpu import layer_norm as pl_ln
+
+    x = torch.ones(2, 8, dtype=torch.float16)
+    w = torch.ones(8, dtype=torch.float16)
+    _, mean, rstd = torch.native_layer_norm(x, (8,), w, w, 1e-5)
+    _, res = pl_ln.layer_norm_forward(jnp.ones((1, 2, 8), jnp.float16), jnp.ones(8, jnp.float16),
+                                      jnp.ones(8, jnp.float16), interpret=True)
+    return {"torch_layer_norm": [str(t.dtype).removeprefix("torch.") for t in (mean, rstd)],
+            "pallas_layer_norm": [str(res[3].dtype), str(res[4].dtype)]}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", type=int, default=None, help="grade only the first N cases")
@@ -84,20 +100,24 @@ def main(argv=None):
     for i, case in enumerate(cases):
         records += gpu_runs.grade(**case)
         if i % 25 == 0:
-            print(f"{i + 1}/{len(cases)} cases, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            print(f"{i + 1}/{len(cases)} cases, {time.perf_counter() - start:.0f} s",
+                  file=sys.stderr)
     findings = {}
     if args.prefix is None:
         findings = {
             "llama": gpu_findings.llama_smallest(),
             "none": [gpu_findings.none_threshold(d) for d in gpu_results.NONE_D],
             "partials": gpu_findings.partials_smallest(),
+            "saved_statistics": saved_statistics(),
         }
-    out = {"schema": gpu_results.SCHEMA, "provenance": provenance(),
+    prov = provenance() | {"seconds": round(time.perf_counter() - start)}
+    out = {"schema": gpu_results.SCHEMA, "provenance": prov,
            "kernels": {k: v[2] for k, v in gpu_runs.KERNELS.items()},
            "records": records, "findings": findings}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(gpu_results.encode(out), indent=1) + "\n")
-    print(f"{len(records)} records in {time.perf_counter() - start:.0f} s -> {args.out}", file=sys.stderr)
+    print(f"{len(records)} records in {time.perf_counter() - start:.0f} s -> {args.out}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

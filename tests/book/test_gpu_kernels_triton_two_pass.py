@@ -22,7 +22,8 @@ EPS = 1e-5
 def layer_norm(x, g, b):
     """The kernel under test, called as the model would call it: torch tensors in, out."""
     with float_scalars_as_float32():
-        return tp.layer_norm_forward(torch.from_numpy(x), torch.from_numpy(g), torch.from_numpy(b), EPS)
+        x, g, b = (torch.from_numpy(a) for a in (x, g, b))
+        return tp.layer_norm_forward(x, g, b, EPS)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])

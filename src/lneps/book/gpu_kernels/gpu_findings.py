@@ -54,7 +54,8 @@ def llama_smallest(max_log2_d=7, seeds=64, eps=1e-6):
             out = {"d": d, "seed": seed, "x": x[0].tolist(), "gamma": g.tolist(),
                    "llama": _worst(y, **call)}
             bound = default_tolerance("rms_norm", x=x, actual_dtype=y.dtype, gamma=g, eps=eps)
-            out["bound_at_worst"] = float(np.broadcast_to(bound, y.shape)[tuple(out["llama"]["at"])])
+            at = tuple(out["llama"]["at"])
+            out["bound_at_worst"] = float(np.broadcast_to(bound, y.shape)[at])
             for other in ("liger_rms_norm_gemma", "torch_rms_norm"):
                 yo = run(other, x, g, np.zeros_like(g), eps)["y"]
                 out[other] = {"passed": _passes(yo, **call), **_worst(yo, **call)}
@@ -101,7 +102,8 @@ def partials_smallest(d=64, max_log2_rows=11, eps=1e-5):
         g, b = (rng.normal(size=d).astype(np.float16) for _ in range(2))
         grads = run("two_pass_16bit_partials", x, g, b, eps, dy)
         for wrt in ("gamma", "beta"):
-            call = {"op": "layer_norm_backward", "wrt": wrt, "x": x, "dy": dy, "gamma": g, "eps": eps}
+            call = {"op": "layer_norm_backward", "wrt": wrt, "x": x, "dy": dy, "gamma": g,
+                    "eps": eps}
             if _passes(grads[wrt], **call):
                 continue
             fixed = run("two_pass", x, g, b, eps, dy)[wrt]

@@ -27,8 +27,8 @@ SCHEMA = 1
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "gpu_kernels" / "grades.json"
 
 #: the forward grid: every kernel in each of its formats, on these families and lengths
-GRID_FORWARD = {"families": ("normal", "mean_1000", "near_constant"), "d": (64, 768, 1000, 4096, 8192),
-                "rows": 64}
+GRID_FORWARD = {"families": ("normal", "mean_1000", "near_constant"),
+                "d": (64, 768, 1000, 4096, 8192), "rows": 64}
 #: the backward grid: (d, rows) pairs, on these families
 GRID_BACKWARD = {"families": ("normal", "mean_1000"), "shapes": ((768, 256), (4096, 64))}
 #: the row lengths none mode's overflow threshold is searched at

@@ -43,7 +43,8 @@ KERNELS = {
     "two_pass": ("layer_norm", ("float16", "float32"),
                  "this project's Triton kernel, tutorial design, float32 dγ partials"),
     "two_pass_16bit_partials": ("layer_norm", ("float16",),
-                                "the same, dγ partials stored in the input format (the tutorial's)"),
+                                "the same, dγ partials stored in the input format "
+                                "(the tutorial's)"),
     "torch_layer_norm": ("layer_norm", ("float16", "bfloat16", "float32"),
                          "torch.nn.functional.layer_norm on the CPU"),
     "torch_rms_norm": ("rms_norm", ("float16", "bfloat16", "float32"),

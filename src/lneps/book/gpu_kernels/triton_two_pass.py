@@ -154,5 +154,6 @@ def layer_norm_backward(dy, x, w, mean, rstd, partial_dtype="float32"):
     dw = torch.empty_like(w)
     db = torch.empty_like(w)
     cols = min(128, block)
-    _backward_dw_kernel[(triton.cdiv(n, cols),)](dwp, dbp, dw, db, groups, n, BLOCK_G=32, BLOCK=cols)
+    _backward_dw_kernel[(triton.cdiv(n, cols),)](dwp, dbp, dw, db, groups, n, BLOCK_G=32,
+                                                 BLOCK=cols)
     return dx, dw, db
