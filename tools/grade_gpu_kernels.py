@@ -86,12 +86,30 @@ def saved_statistics():
             "pallas_layer_norm": [str(res[3].dtype), str(res[4].dtype)]}
 
 
+def robustness(gpu_runs):
+    """Re-grade the Triton kernels under each effect the interpreter does not model."""
+    start, records = time.perf_counter(), []
+    for case in gpu_results.robustness_grid():
+        records += gpu_runs.regrade(**case)
+    prov = provenance() | {"seconds": round(time.perf_counter() - start)}
+    out = {"schema": gpu_results.SCHEMA, "provenance": prov, "records": records}
+    gpu_results.ROBUSTNESS_FILE.write_text(json.dumps(gpu_results.encode(out), indent=1) + "\n")
+    print(f"robustness: {len(records)} records in {prov['seconds']} s", file=sys.stderr)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", type=int, default=None, help="grade only the first N cases")
     ap.add_argument("--out", type=Path, default=gpu_results.DATA_FILE)
+    ap.add_argument("--robustness-only", action="store_true",
+                    help="only the re-run under the unmodelled effects (robustness.json)")
     args = ap.parse_args(argv)
     from lneps.book.gpu_kernels import gpu_findings, gpu_runs
+
+    if args.prefix is None:
+        robustness(gpu_runs)
+    if args.robustness_only:
+        return
 
     cases = gpu_results.grid()
     if args.prefix is not None:

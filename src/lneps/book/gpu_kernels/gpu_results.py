@@ -21,7 +21,8 @@ import json
 from pathlib import Path
 
 __all__ = ["SCHEMA", "DATA_FILE", "GRID_FORWARD", "GRID_BACKWARD", "NONE_D", "FORMAT_OF",
-           "grid", "encode", "load", "worst_by_kernel"]
+           "ROBUSTNESS", "ROBUSTNESS_FILE", "grid", "robustness_grid", "encode", "load",
+           "load_robustness", "worst_by_kernel"]
 
 SCHEMA = 1
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "gpu_kernels" / "grades.json"
@@ -31,6 +32,12 @@ GRID_FORWARD = {"families": ("normal", "mean_1000", "near_constant"),
                 "d": (64, 768, 1000, 4096, 8192), "rows": 64}
 #: the backward grid: (d, rows) pairs, on these families
 GRID_BACKWARD = {"families": ("normal", "mean_1000"), "shapes": ((768, 256), (4096, 64))}
+#: the robustness re-run: the Triton kernels, re-graded under each unmodelled effect
+ROBUSTNESS = {"kernels": ("liger_layer_norm", "liger_rms_norm_llama", "liger_rms_norm_gemma",
+                          "liger_rms_norm_none", "two_pass"),
+              "dtypes": ("float16", "float32"), "forward_d": (768, 4096), "backward_d": (768,),
+              "rows": 64}
+ROBUSTNESS_FILE = DATA_FILE.with_name("robustness.json")
 #: the row lengths none mode's overflow threshold is searched at
 NONE_D = (1, 64, 768, 4096, 8192)
 
@@ -66,6 +73,24 @@ def grid():
     return cases
 
 
+def robustness_grid():
+    """The cases of the robustness re-run, each with its effect: keyword dicts for
+    ``gpu_runs.regrade``."""
+    R = ROBUSTNESS
+    cases = []
+    for kernel in R["kernels"]:
+        for dtype in R["dtypes"]:
+            for direction, ds, fams in (("forward", R["forward_d"], GRID_FORWARD["families"]),
+                                        ("backward", R["backward_d"], ("normal",))):
+                for d in ds:
+                    for fam in fams:
+                        for effect in ("warp_order_sum", "rsqrt_off_by_2"):
+                            cases.append({"kernel": kernel, "dtype": dtype, "family": fam, "d": d,
+                                          "rows": R["rows"], "direction": direction,
+                                          "effect": effect})
+    return cases
+
+
 def encode(obj):
     """``obj`` with non-finite floats as strings, for JSON (the frameworks' stored files' rule)."""
     from lneps.book.frameworks.stored import _encode
@@ -84,6 +109,14 @@ def load(path=DATA_FILE):
     for r in data["records"]:
         for k in _FLOAT_KEYS:
             r[k] = float(r[k])
+    return data
+
+
+def load_robustness(path=ROBUSTNESS_FILE):
+    """The stored robustness re-run: ``{"provenance": ..., "records": [...]}``."""
+    data = json.loads(Path(path).read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA}")
     return data
 
 

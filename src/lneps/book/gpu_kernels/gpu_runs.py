@@ -27,7 +27,7 @@ import numpy as np
 from lneps import families as F
 from lneps.testing import assert_close, compare, default_tolerance
 
-__all__ = ["KERNELS", "OPS", "FORMATS", "inputs", "run", "grade"]
+__all__ = ["KERNELS", "OPS", "FORMATS", "EFFECTS", "inputs", "run", "grade", "regrade"]
 
 #: kernel -> (op, formats it is graded in, what it is)
 KERNELS = {
@@ -217,4 +217,42 @@ def grade(kernel, dtype, family, d, rows, direction="forward", seed=0, device="c
     for wrt, actual in grads.items():
         call = {"op": op + "_backward", "wrt": wrt, "x": x, "dy": dy, "gamma": g, "eps": eps}
         records.append({**key, "output": wrt, **_summary(actual, call)})
+    return records
+
+
+#: the unmodelled effects a verdict is re-run under (:mod:`.gpu_like`)
+EFFECTS = ("warp_order_sum", "rsqrt_off_by_2")
+
+
+def regrade(kernel, dtype, family, d, rows, direction="forward", effect="warp_order_sum", seed=0):
+    """The case graded twice, as the interpreter runs it and under ``effect``: one record per
+    output, with both verdicts and worst scaled errors and the share of elements that changed."""
+    from . import gpu_like
+
+    if effect not in EFFECTS:
+        raise ValueError(f"effect must be one of {', '.join(EFFECTS)}; got {effect!r}")
+    op = OPS[kernel]
+    eps = EPS[op]
+    x, g, b, dy = inputs(family, d, rows, dtype, seed)
+    if op == "rms_norm":
+        b = np.zeros_like(b)
+    patch = gpu_like.warp_order_sum() if effect == "warp_order_sum" else gpu_like.rsqrt_off_by(2)
+    base = run(kernel, x, g, b, eps, dy if direction == "backward" else None)
+    with patch:
+        moved = run(kernel, x, g, b, eps, dy if direction == "backward" else None)
+    records = []
+    for out, a in base.items():
+        if direction == "forward":
+            call = {"op": op, "x": x, "gamma": g, "eps": eps}
+            if op == "layer_norm":
+                call["beta"] = b
+        else:
+            call = {"op": op + "_backward", "wrt": out, "x": x, "dy": dy, "gamma": g, "eps": eps}
+        s0, s1 = _summary(a, call), _summary(moved[out], call)
+        same = (np.asarray(a, np.float64) == np.asarray(moved[out], np.float64))
+        records.append({"kernel": kernel, "dtype": dtype, "family": family, "d": d, "rows": rows,
+                        "direction": direction, "output": out, "effect": effect,
+                        "passed": s0["passed"], "passed_moved": s1["passed"],
+                        "max_scaled": s0["max_scaled"], "max_scaled_moved": s1["max_scaled"],
+                        "changed": float(1 - same.mean())})
     return records
