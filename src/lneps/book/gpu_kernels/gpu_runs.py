@@ -64,7 +64,12 @@ def _np_dtype(name):
 
 def inputs(family, d, rows, dtype, seed=0):
     """``(x, gamma, beta, dy)`` in ``dtype``: x from :mod:`lneps.families` (its gamma and beta
-    where the family has them), the rest standard normal; one generator per (family, d, rows)."""
+    where the family has them), the rest standard normal; one generator per (family, d, rows).
+
+    >>> x, g, b, dy = inputs("mean_1000", 8, 2, "float16")
+    >>> x.shape, g.shape, dy.dtype, bool(x.min() > 900)
+    ((2, 8), (8,), dtype('float16'), True)
+    """
     dt = _np_dtype(dtype)
     rng = np.random.default_rng([seed, F.names().index(family), d, rows])
     fam = F.draw(family, rng, d=d, rows=rows, dtype=dt)
