@@ -81,3 +81,14 @@ def test_the_robustness_numbers():
     assert G["rob_cases"] == len(rob)
     assert G["rob_flips"] == sum(r["passed"] != r["passed_moved"] for r in rob)
     assert G["rob_changed_max"] == pytest.approx(100 * max(r["changed"] for r in rob))
+
+
+def test_the_saved_statistics_numbers():
+    for kernel, key in (("pallas_layer_norm", "pal"), ("torch_layer_norm", "tor")):
+        rs = _records(kernel=kernel, dtype="float16", direction="backward", output="x")
+        failing = [r for r in rs if not r["passed"]]
+        assert G[f"{key}_dx_failed"] == len(failing) > 0 and G["dx_cases"] == len(rs)
+        assert G[f"{key}_dx_worst"] == pytest.approx(max(r["max_scaled"] for r in failing))
+        assert all(r["family"] == "normal" for r in failing)   # the prose: the standard normal rows
+    liger = _records(kernel="liger_layer_norm", dtype="float16", direction="backward", output="x")
+    assert all(r["passed"] for r in liger)
