@@ -7,6 +7,9 @@ tools/grade_gpu_kernels.py grades the interpreters' runs on the CPU.
 
 On a fresh machine with one NVIDIA GPU and PyPI (a few minutes of installs, then the run):
     pip install -e . torch==2.13.0 triton==3.9.0 liger-kernel==0.8.5 "jax[cuda12]==0.10.2"
+(untested as yet: no GPU has been lent to this project; jax's CUDA extra may be named otherwise
+for that release). The run itself is the grid of tools/grade_gpu_kernels.py, compiled instead of
+interpreted; --prefix N runs its first N cases.
 It stores src/lneps/book/data/gpu_kernels/gpu_check.json (the device, the driver, the package
 versions and the records) and prints, per kernel and format, the interpreter's worst scaled error
 and verdict beside the GPU's. Without a CUDA device it refuses: exit status 2 and a message that
