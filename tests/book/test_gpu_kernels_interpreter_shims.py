@@ -77,3 +77,20 @@ def test_check_interpreter_names_the_setting(monkeypatch):
 
 def test_docstring_examples_run():
     assert doctest.testmod(shims).failed == 0
+
+
+@triton.jit
+def _add(X, Y, Z):
+    tl.store(Z, tl.load(X) + tl.load(Y))
+
+
+def test_bfloat16_is_not_computed_by_the_interpreter():
+    """Why Triton kernels are not graded in bfloat16 (the chapter says so): the interpreter adds
+    bfloat16 bit patterns as integers. If a Triton release fixes it, this fails: grade them."""
+    x, y = torch.tensor([2.5], dtype=torch.bfloat16), torch.tensor([2.0], dtype=torch.bfloat16)
+    z = torch.empty(1, dtype=torch.bfloat16)
+    _add[(1,)](x, y, z)
+    assert z.item() != 4.5
+    z32 = torch.empty(1)
+    _add[(1,)](x.float(), y.float(), z32)
+    assert z32.item() == 4.5
