@@ -24,7 +24,8 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
+.PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread training \
+	training-spread gpu-kernels clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -147,6 +148,21 @@ training: $(FRAMEWORKS_STAMP)
 
 training-spread: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/train.py --spread
+
+# The gpu extra (requirements-gpu.txt: Triton and Liger-Kernel; Pallas comes with the frameworks'
+# JAX), with the book's pins and the CPU torch as constraints, then the kernels graded in their
+# interpreters on the CPU: src/lneps/book/data/gpu_kernels/grades.json (tools/grade_gpu_kernels.py;
+# one core). tools/gpu_check.py runs the same cases on a CUDA GPU, where there is one.
+GPU_STAMP := $(VENV)/.gpu-installed
+$(GPU_STAMP): $(FRAMEWORKS_STAMP) requirements-gpu.txt
+	$(PIP) -c requirements.txt torch==2.13.0 -r requirements-gpu.txt
+	$(COMPILE)
+	@if $(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | grep -i '^nvidia'; then \
+		echo "requirements-gpu.txt pulled a CUDA wheel"; exit 1; fi
+	touch $@
+
+gpu-kernels: $(GPU_STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python tools/grade_gpu_kernels.py
 
 clean:
 	rm -rf _build
