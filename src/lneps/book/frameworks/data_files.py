@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .measured import DTYPES, FRAMEWORKS
 
-__all__ = ["SCHEMA", "DATA_DIR", "dump", "load", "load_all", "validate", "compare"]
+__all__ = ["SCHEMA", "DATA_DIR", "encode_nonfinite", "dump", "load", "load_all", "validate", "compare"]
 
 SCHEMA = 3  # 2: result rows carry worst_scaled; 3: layer norm rows carry beyond_bound
 # Package data (pyproject.toml), so an installed lneps finds it, not only a source checkout:
@@ -36,13 +36,13 @@ _TOP_KEYS = ("schema", "framework", "versions", "platform", "cpu_flags", "date",
              "inputs", "results", "unsupported", "probes", "eps_handling", "implied_variance")
 
 
-def _encode(obj):
+def encode_nonfinite(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):
-        return {k: _encode(v) for k, v in obj.items()}
+        return {k: encode_nonfinite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_encode(v) for v in obj]
+        return [encode_nonfinite(v) for v in obj]
     return obj
 
 
@@ -62,7 +62,7 @@ def _decode(obj, key=None):
 def dump(data: dict, path) -> None:
     """Write one framework's measurement as strict JSON (non-finite floats as strings)."""
     validate(data)
-    text = json.dumps(_encode(data), indent=1, allow_nan=False, sort_keys=False)
+    text = json.dumps(encode_nonfinite(data), indent=1, allow_nan=False, sort_keys=False)
     Path(path).write_text(text + "\n", encoding="utf-8")
 
 

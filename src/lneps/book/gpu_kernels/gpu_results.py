@@ -93,9 +93,9 @@ def robustness_grid():
 
 def encode(obj):
     """``obj`` with non-finite floats as strings, for JSON (the frameworks' stored files' rule)."""
-    from lneps.book.frameworks.stored import _encode
+    from lneps.book.frameworks import encode_nonfinite
 
-    return _encode(obj)
+    return encode_nonfinite(obj)
 
 
 _FLOAT_KEYS = ("max_scaled", "max_ulp")
