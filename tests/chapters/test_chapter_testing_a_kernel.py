@@ -15,7 +15,7 @@ import pytest
 
 import lneps
 from lneps.book import kernel_zoo as kz
-from lneps.book.report import sci
+from lneps.book.printing import sci
 from lneps.testing import families, forward_bound
 from notebooks import glued, read
 
