@@ -46,13 +46,14 @@ def g():
     return glued(NB)
 
 
-def _glued_html(key):
-    """The HTML a glue of an HTML object stored (glued() keeps only its text/plain)."""
+def _glued_html(key, mime="text/html"):
+    """The HTML (or other ``mime``) a glue of a rich object stored (glued() keeps only its
+    text/plain)."""
     for cell in read(NB).cells:
         for out in cell.get("outputs", []):
             record = out.get("metadata", {}).get("scrapbook", {})
             if record.get("name") == key:
-                return out["data"][record["mime_prefix"] + "text/html"]
+                return out["data"][record["mime_prefix"] + mime]
     raise KeyError(key)
 
 
@@ -285,20 +286,11 @@ def test_the_false_alarm_derivation(g):
     assert g["false_alarm_2"] == sci(2 * math.exp(-(6**2) / 2), 2) == "3.05 × 10⁻⁸"
 
 
-def _glued_markdown(key):
-    for cell in read(NB).cells:
-        for out in cell.get("outputs", []):
-            record = out.get("metadata", {}).get("scrapbook", {})
-            if record.get("name") == key:
-                return out["data"][record["mime_prefix"] + "text/markdown"]
-    raise KeyError(key)
-
-
 def test_the_zoo_at_the_other_row_lengths(g):
     from lneps.book import zoo_grades
 
     assert g["grid_ds"] == "8, 9, 100 and 1024"
-    table = _glued_markdown("tbl-kernel-zoo-grid")
+    table = _glued_html("tbl-kernel-zoo-grid", "text/markdown")
     n = len(kz.kernels("correct"))
     assert table.count(f"| {n} of {n} |") == 12  # every correct kernel passes, 3 formats x 4 d
     # one row recomputed: float16, d = 8
