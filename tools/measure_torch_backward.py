@@ -4,6 +4,8 @@ torch.testing.assert_close says of it, in src/lneps/book/data/frameworks/torch_b
 
     python tools/measure_torch_backward.py              # measure and write
     python tools/measure_torch_backward.py --out DIR    # write elsewhere
+    python tools/measure_torch_backward.py --profiles   # and record what moves under the other
+                                                        # ATEN_CPU_CAPABILITY levels (make torch-backward)
 
 One thread (torch.set_num_threads(1)), so that the reductions' order is the single-threaded one;
 the instruction set is what torch picks (ATEN_CPU_CAPABILITY, if set, caps it) and is recorded.
@@ -18,7 +20,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import ml_dtypes
@@ -135,15 +139,49 @@ def measure() -> tuple[dict, dict]:
     return {"provenance": provenance, "cases": meta}, arrays
 
 
+def differing(a: dict, b: dict) -> list[str]:
+    """The "case/gradient" names whose stored bits differ between two measurements."""
+    out = []
+    for key, c in a["cases"].items():
+        for name in ("dx", "dgamma", "dbeta"):
+            if c[name] is not None and not np.array_equal(TB.encode(c[name]), TB.encode(b["cases"][key][name])):
+                out.append(f"{key}/{name}")
+    return out
+
+
+def profiles(stored_dir: Path, native: str) -> dict[str, list[str]]:
+    """Re-measure under every lower ATEN_CPU_CAPABILITY level this CPU has, each in a process of
+    its own, and list per level the gradients whose bits differ from the measurement in
+    ``stored_dir`` (the native level lists none)."""
+    order = ["avx512", "avx2", "default"]  # x86's levels, highest first; elsewhere only "default"
+    levels = order[order.index(native.lower()) + 1:] if native.lower() in order else []
+    out = {native: []}
+    base = TB.load(stored_dir)
+    for level in levels:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "ATEN_CPU_CAPABILITY": level}
+            subprocess.run([sys.executable, __file__, "--out", tmp], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            other = TB.load(tmp)
+            out[other["provenance"]["cpu_capability"]] = differing(base, other)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=TB.DATA_DIR)
+    p.add_argument("--profiles", action="store_true", help="record what moves under other ATEN_CPU_CAPABILITY levels")
     args = p.parse_args(argv)
     meta, arrays = measure()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{TB.FILE}.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     np.savez_compressed(args.out / f"{TB.FILE}.npz", **arrays)
     stored = TB.load(args.out)
+    if args.profiles:
+        meta["provenance"]["profiles"] = profiles(args.out, meta["provenance"]["cpu_capability"])
+        (args.out / f"{TB.FILE}.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        print("bits that move per ATEN_CPU_CAPABILITY level:",
+              {k: len(v) for k, v in meta["provenance"]["profiles"].items()})
     failed = sum(not v["passed"] for c in stored["cases"].values() for v in c["torch_testing"].values())
     print(f"{len(stored['cases'])} cases written to {args.out}; torch.testing failed {failed} gradients")
     return 0

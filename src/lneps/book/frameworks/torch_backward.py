@@ -5,7 +5,8 @@ upstream gradient, torch's gradients and what ``torch.testing.assert_close`` sai
 :data:`DATA_DIR` (the frameworks data): ``torch_backward.npz`` holds every array as the bits of
 its format (uint16 for float16 and bfloat16, uint32 for float32: a bfloat16 array has no
 portable ``.npy`` dtype), ``torch_backward.json`` the provenance (torch's version and git
-commit, the CPU, its flags, ``ATEN_CPU_CAPABILITY``, the thread count) and, per case, the
+commit, the CPU, its flags, ``ATEN_CPU_CAPABILITY``, the thread count, and under ``profiles``,
+per instruction-set level of this CPU, the gradients whose bits move there) and, per case, the
 verdict of ``torch.testing.assert_close(grad, expected)`` with its default tolerances, where
 ``expected`` is torch's own float64 gradient on the same inputs cast to the case's format,
 the usual way to write that test. The book grades the stored gradients with
