@@ -24,8 +24,8 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread training \
-	training-spread gpu-kernels clean pdf portable portable-arm64
+.PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread \
+	torch-backward training training-spread gpu-kernels clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -132,6 +132,11 @@ $(FRAMEWORKS_STAMP): $(STAMP) requirements-frameworks.txt
 
 frameworks: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/measure_frameworks.py
+
+# PyTorch's CPU backward pass of layer and RMS norm on the testing chapter's cases, with what moves
+# under the other ATEN_CPU_CAPABILITY levels: src/lneps/book/data/frameworks/torch_backward.{json,npz}.
+torch-backward: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/measure_torch_backward.py --profiles
 
 # How far each framework's outputs move across this machine's arithmetic profiles (ATEN_CPU_CAPABILITY,
 # XLA_FLAGS=--xla_cpu_max_isa, numpy's SIMD level, threads), the stored measurement included:

@@ -5,6 +5,8 @@ Nothing here imports a framework (``tools/measure_frameworks.py`` runs them). Mo
 
 * ``measured``: the grid and the rows the frameworks run on, and how an output is scored
   (:func:`error_summary`, :func:`output_digest`);
+* ``torch_backward``: PyTorch's CPU backward pass, stored with its inputs (imported by name, not
+  re-exported: :func:`torch_backward.load`);
 * ``data_files``: the stored files, their schema, writing, reading and comparing them
   (:func:`dump`, :func:`load`, :func:`compare`);
 * ``findings``: what the book reads out of them (:func:`aggregate`, :func:`summary_rows`,
