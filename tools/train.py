@@ -3,6 +3,8 @@
 
     python tools/train.py                    # the whole grid: corpus, runs.json, runs.npz
     python tools/train.py --slice precision  # one slice, merged into the stored runs
+    python tools/train.py --slice lr --missing  # only its runs not stored yet
+    python tools/train.py --slice scale --missing --match L8 --max-runs 20  # a part of them
     python tools/train.py --spread           # the spread across arithmetic profiles
     python tools/train.py --out /tmp/lab     # write elsewhere
 
@@ -112,8 +114,9 @@ def _arrays_of(rid: str, rec: dict) -> dict:
     return a
 
 
-def run_grid(configs, workers: int, threads: int = 1):
-    """Train every configuration in ``workers`` processes; returns (records, provenances, extras, timing)."""
+def run_grid(configs, workers: int, threads: int = 1, with_extras: bool = True):
+    """Train every configuration in ``workers`` processes; returns (records, provenances, extras,
+    timing). ``with_extras``: also the autocast measurement and the zero-row probe (else None)."""
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     stream = C.generate()
     jobs = sorted(G.jobs(list(configs)), key=_cost, reverse=True)
@@ -122,7 +125,7 @@ def run_grid(configs, workers: int, threads: int = 1):
     t0 = time.perf_counter()
     records, provs, cpu, done = {}, [], 0.0, 0
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,)) as ex:
-        extra_f = ex.submit(_extras)
+        extra_f = ex.submit(_extras) if with_extras else None
         futs = {ex.submit(_job, [c.as_dict() for c in job], stream): (i, job) for i, job in enumerate(jobs)}
         for f in cf.as_completed(futs):
             i, job = futs[f]
@@ -136,8 +139,10 @@ def run_grid(configs, workers: int, threads: int = 1):
                     records[rid] = (c_, out[rid], i)
             print(f"[{done}/{len(jobs)}] {time.perf_counter() - t0:7.1f}s  {run_id(job[0])} (+{len(job) - 1}) "
                   f"{wall:.1f}s", flush=True)
-        extras, prov = extra_f.result()
-        provs.append(prov)
+        extras = None
+        if extra_f is not None:
+            extras, prov = extra_f.result()
+            provs.append(prov)
     timing = {"wall_seconds": time.perf_counter() - t0, "worker_cpu_seconds": cpu, "workers": workers,
               "load_average_at_end": list(os.getloadavg()), "load_average_at_start": load0,
               "threads_per_worker": threads, "jobs": len(jobs), "runs": len(records)}
@@ -158,14 +163,32 @@ def store(out: Path, records: dict, prov: dict, extras: dict, timing: dict, merg
     manifest_path, arrays_path = out / "runs.json", out / "runs.npz"
     runs, arrays = {}, {}
     if merge and manifest_path.exists():
+        from lneps.book.training.provenance import arithmetic_key
         old = json.loads(manifest_path.read_text(encoding="utf-8"))
+        # runs made on another machine (or arithmetic) are stored with its provenance: each run
+        # names its machine (an index into "machines", 0 the whole grid's), and a comparison
+        # paired by seed pairs runs of one machine
+        machines = old.get("machines", [old["provenance"]])
+        keys = [arithmetic_key(m) for m in machines]
+        if arithmetic_key(prov) not in keys:
+            machines.append(prov)
+            keys.append(arithmetic_key(prov))
+        machine = keys.index(arithmetic_key(prov))
         runs = old["runs"]
-        # the whole grid's timing stays; this invocation's is kept beside it
-        timing = {**old["timing"], "last_slice": {**timing, "command": " ".join(["python", *sys.argv])}}
+        if extras is None:
+            extras = {k: old[k] for k in ("autocast", "zero_row_probe")}
+        # the whole grid's timing stays; each slice's is kept beside it, by its command
+        cmd = " ".join(["python", *sys.argv])
+        slices = {**old["timing"].get("slices", {}), cmd: {**timing, "provenance": prov}}
+        prov = old["provenance"]  # the whole grid's; each slice's sits beside its timing
+        timing = {**{k: v for k, v in old["timing"].items() if k not in ("slices", "last_slice")},
+                  "slices": slices}
         with np.load(arrays_path) as z:
             arrays = {k: z[k] for k in z.files}
+    else:
+        machines, machine = [prov], 0
     for rid, (cfg, rec, job) in sorted(records.items()):
-        runs[rid] = _record_entry(cfg, rec, job)
+        runs[rid] = {**_record_entry(cfg, rec, job), "machine": machine}
         arrays = {k: v for k, v in arrays.items() if not k.startswith(rid + ":")}
         arrays.update(_arrays_of(rid, rec))
     wanted = {run_id(c) for c in G.all_configs()}
@@ -174,7 +197,7 @@ def store(out: Path, records: dict, prov: dict, extras: dict, timing: dict, merg
               f"extra {sorted(set(runs) - wanted)[:5]}", file=sys.stderr)
     manifest = {
         "about": "lneps training lab: stored runs (lneps.book.training); made by tools/train.py (make training)",
-        "provenance": prov, "timing": timing,
+        "provenance": prov, "machines": machines, "timing": timing,
         "corpus": json.loads((out / "corpus.json").read_text(encoding="utf-8")),
         "recipe": RECIPE, "finetune": FINETUNE, "eval_every": EVAL_EVERY,
         "record": {"stats": list(STATS), "quantiles": list(QUANTILES), "thresholds": THRESHOLDS,
@@ -243,6 +266,10 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=STORED)
     ap.add_argument("--slice", choices=list(G.SLICES), action="append")
     ap.add_argument("--workers", type=int, default=WORKERS)
+    ap.add_argument("--missing", action="store_true",
+                    help="only the configurations not stored yet (to extend a slice's seeds)")
+    ap.add_argument("--match", help="only the runs whose id matches this regular expression")
+    ap.add_argument("--max-runs", type=int, help="at most this many runs (stored when done)")
     ap.add_argument("--spread", action="store_true")
     ap.add_argument("--profile-worker", dest="profile_out", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -254,7 +281,17 @@ def main(argv=None):
         return run_spread(args.out)
     write_corpus(args.out)
     configs = [c for s in args.slice for c in G.configs(s)] if args.slice else G.all_configs()
-    records, provs, extras, timing = run_grid(configs, args.workers)
+    if args.missing and (args.out / "runs.json").exists():
+        have = set(json.loads((args.out / "runs.json").read_text(encoding="utf-8"))["runs"])
+        configs = [c for c in configs if run_id(c) not in have]
+    if args.match:
+        import re
+        configs = [c for c in configs if re.search(args.match, run_id(c))]
+    if args.max_runs:
+        configs = configs[:args.max_runs]
+    if not configs:
+        return print("nothing to run: every configuration is stored")
+    records, provs, extras, timing = run_grid(configs, args.workers, with_extras=not args.slice)
     store(args.out, records, _provenance_one(provs), extras, timing, merge=bool(args.slice))
 
 

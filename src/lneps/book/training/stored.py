@@ -28,7 +28,7 @@ from .record import EVERY, FULL_STEPS, STATS, record_steps
 from .recipe import eval_steps
 
 __all__ = ["DATA_DIR", "Run", "manifest", "runs", "select", "one", "corpus", "corpus_meta",
-           "spread_manifest", "spread_arrays", "floor"]
+           "spread_manifest", "spread_arrays", "floor", "held_out_floor"]
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "training"
 
@@ -65,6 +65,15 @@ def corpus_meta(data_dir: Path = DATA_DIR) -> dict:
 def floor(data_dir: Path = DATA_DIR) -> float:
     """The loss floor of the stored corpus (nats): the entropy rate of its chain."""
     return corpus_meta(data_dir)["loss_floor_nats"]
+
+
+@functools.cache
+def held_out_floor(data_dir: Path = DATA_DIR) -> float:
+    """The chain's own cross-entropy on the held-out windows of the stored stream (nats): the
+    lowest held-out loss any model can reach there, and what the lab's excess is measured over.
+    It lies above :func:`floor` (the entropy rate) by the windows' sampling."""
+    from .corpus import held_out_loss
+    return held_out_loss(corpus(data_dir), context=corpus_meta(data_dir)["context"])
 
 
 def spread_manifest(data_dir: Path = DATA_DIR) -> dict:
@@ -111,6 +120,12 @@ class Run:
         return self.meta["stopped_at"]
 
     @property
+    def machine(self) -> int:
+        """Which machine made the run: an index into the manifest's ``machines`` (0: the whole
+        grid's, whose provenance is the manifest's ``provenance``)."""
+        return self.meta.get("machine", 0)
+
+    @property
     def dead(self) -> bool:
         """The run stopped: its parameters went non-finite, or its steps stayed non-finite."""
         return self.meta["stopped_at"] is not None
@@ -139,16 +154,21 @@ def runs(data_dir: Path = DATA_DIR) -> dict[str, Run]:
 
 
 _FIELDS = {f.name for f in fields(RunConfig)}
+_RECIPE_FIELDS = ("lr", "layers", "width", "warmup")
 
 
 def select(data_dir: Path = DATA_DIR, **where) -> list[Run]:
     """The stored runs whose configuration has every ``field=value`` given (``seed`` too), in
-    seed order; fine-tuning runs only when an ``ft_*`` field is given."""
+    seed order; fine-tuning runs only when an ``ft_*`` field is given, and runs of another
+    learning rate, depth, width or warm-up than the recipe's only when that field is given."""
     bad = set(where) - _FIELDS
     if bad:
         raise TypeError(f"not RunConfig fields: {sorted(bad)}")
     if not any(k.startswith("ft_") for k in where):
         where = {**where, "ft_steps": 0}
+    # the recipe's learning rate, size and warm-up unless asked: the generality slices' runs are
+    # selected by naming what they change
+    where = {**{k: None for k in _RECIPE_FIELDS}, **where}
     hits = [r for r in runs(data_dir).values() if all(getattr(r.config, k) == v for k, v in where.items())]
     return sorted(hits, key=lambda r: (r.config.seed, r.id))
 
