@@ -6,6 +6,7 @@
     python tools/train.py --slice lr --missing  # only its runs not stored yet
     python tools/train.py --slice scale --missing --match L8 --max-runs 20  # a part of them
     python tools/train.py --spread           # the spread across arithmetic profiles
+    python tools/train.py --probe            # q/eps at initialization: probe.json
     python tools/train.py --out /tmp/lab     # write elsewhere
 
 The grid runs WORKERS (2) processes of one thread each (`OMP_NUM_THREADS=1`,
@@ -261,6 +262,57 @@ def run_spread(out: Path):
     print(f"spread: {len(profiles)} profiles x {len(G.SPREAD_CONFIGS)} runs in {time.perf_counter() - t0:.0f}s")
 
 
+# --- q at initialization (lneps.torch's probe) ---
+
+#: The lab's models the probe measures at initialization (seeds 0-2, each on its first batch).
+PROBE_MODELS = [dict(norm=n, placement=p, init=i) for n in ("LayerNorm", "RMSNorm")
+                for p in ("pre", "post", "sandwich") for i in ("normal", "small", "zero_resid")]
+PROBE_MODELS += [dict(init=i, layers=8) for i in ("normal", "small")]
+PROBE_MODELS += [dict(init=i, layers=4, width=128) for i in ("normal", "small")]
+
+
+def _site_rows(sites) -> dict:
+    return {name: {k: v for k, v in s.as_dict().items() if k != "name"} for name, s in sites.items()}
+
+
+def run_probe(out: Path, sentences: int = 32):
+    """lneps.torch.probe on the lab's models at initialization (eps 1e-5) and the same statistics
+    on all-MiniLM-L6-v2's 13 layer-norm inputs (the book's first ``sentences`` sentences, float32,
+    its own eps): probe.json."""
+    from lneps.book.training import run
+    from lneps.book.training.config import RunConfig
+    from lneps.book.training.provenance import provenance
+    from lneps.book.training.recipe import batch_offsets
+    from lneps.torch import probe, site_report
+    import torch
+
+    run.configure(1)
+    stream = torch.as_tensor(C.generate().astype(np.int64))
+    lab = []
+    for m in PROBE_MODELS:
+        cfg = RunConfig(eps=1e-5, **m)
+        for seed in G.SEEDS[:3]:
+            model = run.build(run.spec_of(cfg), seed)
+            starts = batch_offsets(seed, 1, RECIPE["batch"], model.spec.context, len(stream))[0]
+            x, _ = run._windows(stream, starts, model.spec.context)
+            lab.append({"config": {k: v for k, v in cfg.as_dict().items() if v is not None},
+                        "seed": seed, "sites": _site_rows(probe(model, x))})
+    from lneps.book.minilm import encoder, files
+    model = files.load()
+    text = (ROOT / "book" / "data" / "sentences.txt").read_text(encoding="utf-8").splitlines()[:sentences]
+    fwd = encoder.forward(model, files.encode(model, text), keep_sites=True)
+    q = {n: ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1) for n, x in
+         ((n, np.asarray(x, np.float64)) for n, x in fwd.sites.items())}
+    minilm = {"model": "all-MiniLM-L6-v2", "sentences": sentences, "tokens": int(fwd.lengths.sum()),
+              "eps": model.eps, "sha256": files.model_sha256(model.directory),
+              "sites": _site_rows({n: site_report(n, "LayerNorm", model.eps, v) for n, v in q.items()})}
+    doc = {"about": "q/eps at every norm: lneps.torch.probe on the lab's models at initialization, "
+                    "and its statistics on all-MiniLM-L6-v2's layer-norm inputs (tools/train.py --probe)",
+           "provenance": provenance(), "lab": lab, "minilm": minilm}
+    (out / "probe.json").write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    print(f"probe: {len(lab)} lab models, MiniLM's {len(q)} sites -> {out / 'probe.json'}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=STORED)
@@ -271,6 +323,7 @@ def main(argv=None):
     ap.add_argument("--match", help="only the runs whose id matches this regular expression")
     ap.add_argument("--max-runs", type=int, help="at most this many runs (stored when done)")
     ap.add_argument("--spread", action="store_true")
+    ap.add_argument("--probe", action="store_true", help="q/eps at initialization (probe.json)")
     ap.add_argument("--profile-worker", dest="profile_out", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -279,6 +332,8 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     if args.spread:
         return run_spread(args.out)
+    if args.probe:
+        return run_probe(args.out)
     write_corpus(args.out)
     configs = [c for s in args.slice for c in G.configs(s)] if args.slice else G.all_configs()
     if args.missing and (args.out / "runs.json").exists():

@@ -28,7 +28,7 @@ from .record import EVERY, FULL_STEPS, STATS, record_steps
 from .recipe import eval_steps
 
 __all__ = ["DATA_DIR", "Run", "manifest", "runs", "select", "one", "corpus", "corpus_meta",
-           "spread_manifest", "spread_arrays", "floor", "held_out_floor"]
+           "spread_manifest", "spread_arrays", "floor", "held_out_floor", "probe", "probe_summary"]
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "training"
 
@@ -74,6 +74,37 @@ def held_out_floor(data_dir: Path = DATA_DIR) -> float:
     It lies above :func:`floor` (the entropy rate) by the windows' sampling."""
     from .corpus import held_out_loss
     return held_out_loss(corpus(data_dir), context=corpus_meta(data_dir)["context"])
+
+
+def probe(data_dir: Path = DATA_DIR) -> dict:
+    """``probe.json``: :func:`lneps.torch.probe` on the lab's models at initialization and the same
+    statistics on all-MiniLM-L6-v2's layer-norm inputs (tools/train.py --probe)."""
+    return _json("probe.json", data_dir)
+
+
+def probe_summary(data_dir: Path = DATA_DIR) -> list[dict]:
+    """One row per model of :func:`probe`: its label, the smallest q over its sites and seeds, the
+    median over sites and seeds of each site's median q, and the largest share of rows (over
+    sites) where its epsilon acts, per format. The lab's models are at initialization with
+    epsilon 1e-5; MiniLM is trained, with its own epsilon (1e-12)."""
+    d = probe(data_dir)
+    groups: dict[str, list] = {}
+    for r in d["lab"]:
+        c = r["config"]
+        size = (f", {c['layers']} blocks" if "layers" in c else "") + (f" of width {c['width']}" if "width" in c
+                                                                        else "")
+        label = f"{c['norm']}, {c['placement']}-norm, init {c['init']}{size}"
+        groups.setdefault(label, []).append((c["eps"], r["sites"]))
+    m = d["minilm"]
+    groups[f"{m['model']} (trained)"] = [(m["eps"], m["sites"])]
+    rows = []
+    for label, items in groups.items():
+        sites = [s for _, ss in items for s in ss.values()]
+        rows.append({"model": label, "eps": items[0][0],
+                     "q_min": min(s["q_min"] for s in sites),
+                     "q_median": float(np.median([s["q_median"] for s in sites])),
+                     "share_acts": {f: max(s["share_acts"][f] for s in sites) for f in sites[0]["share_acts"]}})
+    return rows
 
 
 def spread_manifest(data_dir: Path = DATA_DIR) -> dict:
