@@ -21,7 +21,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # them afresh where this is unset); `make portable` gives each arithmetic profile its own.
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
-.PHONY: book test notebooks serve lab bench frameworks frameworks-spread training training-spread clean pdf portable portable-arm64
+.PHONY: book test notebooks serve lab bench frameworks frameworks-spread training training-spread training-probe clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -121,13 +121,17 @@ frameworks-spread: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/measure_frameworks.py --spread
 
 # The training lab (lneps.book.training): every stored run in src/lneps/book/data/training/
-# (tools/train.py; 195 runs, 2 processes x 1 thread, about 20 min of 2 idle cores), and their spread
-# over arithmetic profiles (about 9 min). Re-make the spread after the grid on another machine.
+# (tools/train.py, 2 processes x 1 thread; its time on 2 idle cores is in the README), their spread
+# over arithmetic profiles (about 9 min), and q at initialization by lneps.torch's probe (probe.json,
+# under a minute). Re-make the spread after the grid on another machine.
 training: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/train.py
 
 training-spread: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/train.py --spread
+
+training-probe: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/train.py --probe
 
 clean:
 	rm -rf _build

@@ -17,15 +17,16 @@ Modules (each loaded on first use; only those marked torch import it):
 * ``provenance``: what the runs' bits depend on;
 * ``stored``: the stored runs, read without torch;
 * ``spread``: the spread over arithmetic profiles;
-* ``effects``: metrics, effect sizes and the effect rule;
-* ``claims``: the stability note's training claims, settled;
+* ``effects``: metrics and the paired test (interval, equivalence margin, Holm);
+* ``claims``: the stability note's training claims, settled, and where each verdict holds;
+* ``tables``: the training chapter's tables (MyST Markdown);
 * ``figures``: the training chapter's figures (loss curves, q/epsilon over training).
 """
 
 import importlib
 
 _MODULES = ("corpus", "config", "recipe", "grid", "record", "precision", "model", "run", "provenance",
-            "stored", "spread", "effects", "claims", "figures")
+            "stored", "spread", "effects", "claims", "tables", "figures")
 
 
 def __getattr__(name):

@@ -45,22 +45,27 @@ def smoothed(loss: np.ndarray, window: int = SMOOTH) -> tuple[np.ndarray, np.nda
 
 def loss_curves(inits=("normal", "small"), eps_values=LOSS_EPS, norm: str = "LayerNorm") -> dict:
     """{init: {label: (steps, excess)}}: pre-norm runs (float32, 300 steps) at each epsilon and
-    the runs without a norm; the training loss averaged over the draws of a configuration, then
-    by :func:`smoothed`, minus the loss floor (nats)."""
-    floor = stored.floor()
+    the runs without a norm; the training loss averaged over the seeds every curve of an init
+    has (so that the curves differ by the configuration only), then by :func:`smoothed`, minus
+    the chain's held-out loss (nats)."""
+    floor = stored.held_out_floor()
     out = {}
     for init in inits:
-        curves = {}
+        curves, sel = {}, {}
         for eps in (*eps_values, None):
             placement = "pre" if eps is not None else "none"
-            runs = stored.select(norm=norm, placement=placement, init=init, eps=eps, precision="fp32", steps=300)
+            sel[eps] = stored.select(norm=norm, placement=placement, init=init, eps=eps, precision="fp32",
+                                     steps=300)
+        common = set.intersection(*({r.config.seed for r in rs} for rs in sel.values()))
+        for eps, rs in sel.items():
+            runs = [r for r in rs if r.config.seed in common]
             steps, mean = smoothed(np.mean([r.loss.astype(np.float64) for r in runs], axis=0))
             curves[_label(eps)] = (steps, mean - floor)
         out[init] = curves
     return out
 
 
-def draw_loss_curves(panels: dict, width: int = 560, height: int = 520):
+def draw_loss_curves(panels: dict, width: int = 400, height: int = 560):
     """The figure of :func:`loss_curves`' data: one panel per init, log excess against step."""
     fig, axes = figures.subplots(width, height, nrows=len(panels), sharex=True)
     axes = np.atleast_1d(axes)
@@ -76,7 +81,8 @@ def draw_loss_curves(panels: dict, width: int = 560, height: int = 520):
         ax.set_ylabel("loss − floor (nats)")
         ax.grid(True, which="major", alpha=0.3)
     axes[-1].set_xlabel("step")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=3, frameon=False)
+    # two columns: at 400 px a phone shows the figure near its design size, 11 pt type legible
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=2, frameon=False)
     return fig
 
 
@@ -99,8 +105,8 @@ def q_over_eps(inits=("normal", "small"), eps: float = 1e-5, norm: str = "LayerN
     return out
 
 
-def draw_q_over_eps(panels: dict, eps: float, thresholds: dict | None = None, width: int = 560,
-                    height: int = 520):
+def draw_q_over_eps(panels: dict, eps: float, thresholds: dict | None = None, width: int = 400,
+                    height: int = 560):
     """The figure of :func:`q_over_eps`' data: one panel per init, log q/eps against step, a
     dotted line at each of ``thresholds`` (by default q = eps, and each format's threshold of
     :data:`.record.THRESHOLDS`, above which eps changes nothing in that format)."""
@@ -121,5 +127,5 @@ def draw_q_over_eps(panels: dict, eps: float, thresholds: dict | None = None, wi
         ax.set_ylabel("q / ε")
         ax.grid(True, which="major", axis="x", alpha=0.3)
     axes[-1].set_xlabel("step")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=2, frameon=False)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=1, frameon=False)
     return fig
