@@ -41,3 +41,11 @@ def test_the_other_tables_read_the_stored_data():
     assert [r[0] for r in tables.autocast_table()[1]][0] == "bfloat16, input float32"
     assert tables.rule_table()[1] and tables.where_table()[1]
     assert sum(int(r[3]) for r in tables.grid_table()[1]) >= 195
+
+
+def test_what_the_guide_shows():
+    g = tables.guide_training()
+    assert len(g["cells"]) == 3 * len(tables.GUIDE_ROWS)
+    assert all(g["cells"][c, 0].endswith("seeds)") for c in tables.GUIDE_COLUMNS)
+    assert g["seeds"][0] >= 3 and g["rec_eps"] in (1e-12, 1e-8)
+    assert g["cost_small"].is_effect and g["cost_small"].diff > 0

@@ -541,10 +541,13 @@ def finetune_mismatch() -> Claim:
                         compare(ctrl, rs, "after_finetune", label, to)]
                 qmin = min(float(np.nanmin(r.stat("q_min")[-1])) for r in base)
                 qmed = float(np.median([np.nanmedian(r.stat("q_p50")[-1]) for r in base]))
+                # the first norm sees the embeddings: its median q stays far below the others'
+                q1 = float(np.median([r.stat("q_p50")[-1][0] for r in base]))
                 eb_eff = float(np.float16(eb)) if prec == "fp16_eps16" else eb
                 key = f"{label} -> {to}"
                 keys.append(key)
-                facts[key] = {"q_min_end": qmin, "q_median_end": qmed,
+                facts[key] = {"q_min_end": qmin, "q_median_end": qmed, "q_first_norm_median_end": q1,
+                              "predicted_change_at_first_norm": float(predicted_relative_change(q1, ea, eb_eff)),
                               "predicted_change_at_q_min": float(predicted_relative_change(qmin, ea, eb_eff)),
                               "predicted_change_at_median_q": float(predicted_relative_change(qmed, ea, eb_eff))}
     effects = holm(raw, family="fine-tuning swaps against their controls")
@@ -668,12 +671,18 @@ def eps_rule() -> list[dict]:
 
 
 def new_model_eps() -> dict:
-    """The rule for a new model, from :func:`eps_rule`: the smallest q0/epsilon at which epsilon
-    was equivalent to 0 within the margin, the largest at which it cost an effect, and the
+    """The rule for a new model, from :func:`eps_rule`: the smallest q0/epsilon from which on
+    every comparison was equivalent to 0 within the margin, the largest at which it cost an
+    effect, and the
     largest epsilon of the sweep equivalent to 0 in every family of :data:`SWEEP_FAMILIES`
     (None when there is none)."""
     rows = eps_rule()
-    equiv = [r for r in rows if r["comparison"].is_equivalent]
+    # from the largest q0/eps down, as long as every comparison is equivalent
+    equiv = []
+    for r in sorted(rows, key=lambda r: -r["q0_over_eps"]):
+        if not r["comparison"].is_equivalent:
+            break
+        equiv.append(r)
     cost = [r for r in rows if r["comparison"].is_effect and r["comparison"].diff > 0]
     table = eps_against_zero()
     safe = [e for e in EPS_SWEEP if e > 0 and all(table[n][e].is_equivalent for n in table)]

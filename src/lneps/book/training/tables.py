@@ -18,7 +18,7 @@ from . import stored
 __all__ = ["signed", "interval", "eps_text", "ratio_text", "comparison_markdown", "grid_table",
            "where_text", "scope_text", "markdown_table", "comparison_cells", "sweep_table",
            "verdict_rows", "verdict_table", "where_table", "rule_table", "probe_table",
-           "floor_table", "autocast_table"]
+           "floor_table", "autocast_table", "GUIDE_COLUMNS", "GUIDE_ROWS", "guide_training"]
 
 
 def signed(x: float, digits: int = 4) -> str:
@@ -255,3 +255,34 @@ def autocast_table() -> tuple[list, list]:
     header = ["autocast, input", *ops]
     rows = [[k.replace("autocast ", ""), *(v[o] for o in ops)] for k, v in dt.items()]
     return header, rows
+
+
+#: The guide's training table: its columns (short name -> sweep family) and rows (epsilons).
+GUIDE_COLUMNS = {"ln": "LayerNorm, init normal", "lns": "LayerNorm, init small", "rms": "RMSNorm, init normal"}
+GUIDE_ROWS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 1e-1)
+
+
+def guide_training() -> dict:
+    """What the practical guide shows of the training runs, ready to glue: ``cells[col, i]`` (the
+    row of 0: its final excess and seeds; the others: the paired difference to 0, its interval
+    and outcome), ``seeds`` (the fewest and most seeds of a cell), ``rec_eps`` (the largest
+    epsilon of the sweep equivalent to 0 in every family), the rule in q (``rule_equiv_from``,
+    ``rule_cost_ratio``, ``rule_cost``: ratios as text and the costly comparison), ``cost_small``
+    (torch's 1e-5 against 0 at the small initialization) and ``arithmetic_floor``."""
+    g = CL.guide_table(GUIDE_ROWS)
+    cells, seeds = {}, []
+    for col, fam in GUIDE_COLUMNS.items():
+        for i, e in enumerate(GUIDE_ROWS):
+            v = g[fam, e]
+            c = v["against_0"]
+            seeds.append(v["seeds"] if c is None else c.n)
+            cells[col, i] = (f"{v['mean']:.3f} ({v['seeds']} seeds)" if c is None
+                             else f"{interval(c, 3)}, {c.outcome}")
+    rule = CL.new_model_eps()
+    return {"cells": cells, "seeds": (min(seeds), max(seeds)),
+            "rec_eps": rule["largest_eps_equivalent_everywhere"],
+            "rule_equiv_from": ratio_text(rule["equivalent_from_q0_over_eps"]),
+            "rule_cost_ratio": ratio_text(rule["costs_up_to_q0_over_eps"]),
+            "rule_cost": rule["cost_at_that_ratio"],
+            "cost_small": g[GUIDE_COLUMNS["lns"], 1e-5]["against_0"],
+            "arithmetic_floor": E.arithmetic_floor("final_excess")}
