@@ -84,22 +84,36 @@ def site_report(name: str, kind: str, eps: float, q) -> Site:
         raise ValueError(f"{name}: no rows")
     bad = np.count_nonzero(~np.isfinite(q))
     if bad:
-        raise ValueError(f"{name}: {bad} of {q.size} rows have a non-finite q (the input was not finite)")
+        raise ValueError(
+            f"{name}: {bad} of {q.size} rows have a non-finite q (the input was not finite)"
+        )
     if not (np.isfinite(eps) and eps >= 0):
         raise ValueError(f"{name}: eps must be finite and >= 0; got {eps}")
     shares = {f: float(np.count_nonzero(q < t * eps)) / q.size for f, t in THRESHOLDS.items()}
-    return Site(name, kind, float(eps), int(q.size), float(q.min()), float(np.median(q)),
-                float(q.max()), int(np.count_nonzero(q == 0)), shares)
+    return Site(
+        name,
+        kind,
+        float(eps),
+        int(q.size),
+        float(q.min()),
+        float(np.median(q)),
+        float(q.max()),
+        int(np.count_nonzero(q == 0)),
+        shares,
+    )
 
 
 # --- torch --------------------------------------------------------------------------------------
+
 
 def _torch():
     try:
         import torch
     except ImportError as e:  # pragma: no cover - the slim install
-        raise ImportError("lneps.torch needs PyTorch (the frameworks extra: "
-                          "pip install -r requirements-frameworks.txt)") from e
+        raise ImportError(
+            "lneps.torch needs PyTorch (the frameworks extra: "
+            "pip install -r requirements-frameworks.txt)"
+        ) from e
     return torch
 
 
@@ -136,7 +150,7 @@ def _q_rows(module, kind: str, x):
         x = x.reshape(x.shape[0], g, -1)
         return x.var(dim=-1, unbiased=False).reshape(-1)
     dims = len(getattr(module, "normalized_shape", (0,)))  # a Hugging Face norm: the last dimension
-    x = x.reshape(-1, int(np.prod(x.shape[x.ndim - dims:])))
+    x = x.reshape(-1, int(np.prod(x.shape[x.ndim - dims :])))
     if kind == "RMSNorm":
         return (x * x).mean(dim=-1)
     return x.var(dim=-1, unbiased=False)
@@ -155,8 +169,10 @@ class _Hooks:
     def __init__(self, model, sink):
         self.sites = norm_sites(model)
         if not self.sites:
-            raise ValueError("the model has no normalization this probe recognizes "
-                             "(nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, or a *Norm with weight and eps)")
+            raise ValueError(
+                "the model has no normalization this probe recognizes "
+                "(nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, or a *Norm with weight and eps)"
+            )
         mods = dict(model.named_modules())
         self.handles = []
         for name, (kind, attr) in self.sites.items():
@@ -165,6 +181,7 @@ class _Hooks:
             def hook(mod, args, name=name, kind=kind, attr=attr):
                 x = args[0]
                 sink(name, kind, _eps(mod, kind, attr, x), _q_rows(mod, kind, x))
+
             self.handles.append(m.register_forward_pre_hook(hook))
 
     def remove(self):
@@ -228,8 +245,13 @@ class QMonitor:
     def _done(self, *_):
         if self._pending:
             torch = _torch()
-            self.history.append((self._calls, {n: site_report(n, k, e, torch.cat(qs).numpy())
-                                               for n, (k, e, qs) in self._pending.items()}))
+            self.history.append((
+                self._calls,
+                {
+                    n: site_report(n, k, e, torch.cat(qs).numpy())
+                    for n, (k, e, qs) in self._pending.items()
+                },
+            ))
             self._pending = {}
         self._calls += 1
 

@@ -32,7 +32,9 @@ def test_stored_entropies_are_the_generators():
     meta = stored.corpus_meta()
     assert {k: meta[k] for k in corpus.CHAIN.as_dict()} == corpus.CHAIN.as_dict()
     assert meta["entropy_rate_nats"] == corpus.entropy_rate()
-    assert meta["loss_floor_nats"] == corpus.loss_floor(64) == corpus.entropy_rate()  # order 1: the rate itself
+    assert (
+        meta["loss_floor_nats"] == corpus.loss_floor(64) == corpus.entropy_rate()
+    )  # order 1: the rate itself
     assert 0 < meta["loss_floor_nats"] < meta["unigram_entropy_nats"] < math.log(corpus.CHAIN.vocab)
 
 
@@ -76,7 +78,9 @@ def test_the_excess_is_measured_over_the_chains_own_held_out_loss():
 
 def test_no_run_beats_the_chain_on_the_held_out_windows():
     hf = _held_out_floor()
-    best = min(float(np.nanmin(r.eval_loss)) for r in RUNS.values() if np.isfinite(r.eval_loss).any())
+    best = min(
+        float(np.nanmin(r.eval_loss)) for r in RUNS.values() if np.isfinite(r.eval_loss).any()
+    )
     assert hf <= best, (hf, best)
     assert abs(hf - stored.floor()) < 0.02
 
@@ -121,7 +125,9 @@ def test_the_machine_of_the_first_grid_is_avx2_native():
 def test_the_two_runs_of_a_seed_in_a_comparison_come_from_one_machine():
     # seeds 0-2 of the first grid's slices were made on machine 0; every other run on the last
     # machine: so a configuration's seed s and another's seed s share a machine
-    first = {run_id(c) for n in grid.FIRST_SLICES for c in grid.configs(n) if c.seed in grid.FIRST_SEEDS}
+    first = {
+        run_id(c) for n in grid.FIRST_SLICES for c in grid.configs(n) if c.seed in grid.FIRST_SEEDS
+    }
     last = len(M["machines"]) - 1
     for rid, r in RUNS.items():
         assert r.machine == (0 if rid in first else last), rid
@@ -142,11 +148,22 @@ def test_stored_data_is_compact():
     assert total <= 10e3 * len(RUNS) + 1e6, total
 
 
-SITES = {"pre": ["0.attn.in", "0.mlp.in", "1.attn.in", "1.mlp.in", "final"],
-         "post": ["0.attn.post", "0.mlp.post", "1.attn.post", "1.mlp.post"],
-         "sandwich": ["0.attn.in", "0.mlp.in", "0.attn.out", "0.mlp.out", "1.attn.in", "1.mlp.in", "1.attn.out",
-                      "1.mlp.out", "final"],
-         "none": []}
+SITES = {
+    "pre": ["0.attn.in", "0.mlp.in", "1.attn.in", "1.mlp.in", "final"],
+    "post": ["0.attn.post", "0.mlp.post", "1.attn.post", "1.mlp.post"],
+    "sandwich": [
+        "0.attn.in",
+        "0.mlp.in",
+        "0.attn.out",
+        "0.mlp.out",
+        "1.attn.in",
+        "1.mlp.in",
+        "1.attn.out",
+        "1.mlp.out",
+        "final",
+    ],
+    "none": [],
+}
 
 
 @pytest.mark.parametrize("rid", sorted(RUNS))
@@ -161,12 +178,14 @@ def test_a_runs_arrays_have_their_shapes(rid):
     if r.stopped_at is None:
         assert np.all(np.isfinite(r.eval_loss))
     else:
-        assert np.isnan(r.loss[r.stopped_at + 1:]).all()
+        assert np.isnan(r.loss[r.stopped_at + 1 :]).all()
     if r.first_nonfinite_step is None:
         assert np.isfinite(r.loss).all() and np.isfinite(r.grad_norm).all()
     else:
         k = r.first_nonfinite_step
-        assert np.isfinite(r.loss[:k]).all() and not (np.isfinite(r.loss[k]) and np.isfinite(r.grad_norm[k]))
+        assert np.isfinite(r.loss[:k]).all() and not (
+            np.isfinite(r.loss[k]) and np.isfinite(r.grad_norm[k])
+        )
     shares = r.q[..., [record.STATS.index(c) for c in record.STATS if c.startswith("share")]]
     assert np.all((shares[np.isfinite(shares)] >= 0) & (shares[np.isfinite(shares)] <= 1))
 
@@ -202,9 +221,12 @@ def test_autocast_finding_is_stored():
 
 def test_manifests_are_strict_json():
     import json
+
     for name in ("runs.json", "spread.json", "corpus.json"):
-        json.loads((stored.DATA_DIR / name).read_text(encoding="utf-8"),
-                   parse_constant=lambda c: pytest.fail(f"{name} holds {c}"))
+        json.loads(
+            (stored.DATA_DIR / name).read_text(encoding="utf-8"),
+            parse_constant=lambda c: pytest.fail(f"{name} holds {c}"),
+        )
 
 
 # --- the spread over machines --------------------------------------------------------------------
@@ -220,8 +242,12 @@ def test_spread_profiles_and_their_provenance():
         assert p["threads"] == spread.PROFILES[name]["threads"]
         want = spread.PROFILES[name]["env"].get("ATEN_CPU_CAPABILITY", "unset")
         assert p["env"]["ATEN_CPU_CAPABILITY"] == want
-        assert p["cpu_capability"] == {"unset": M["provenance"]["cpu_capability"], "avx2": "AVX2",
-                                       "default": "DEFAULT"}[want]
+        assert (
+            p["cpu_capability"]
+            == {"unset": M["provenance"]["cpu_capability"], "avx2": "AVX2", "default": "DEFAULT"}[
+                want
+            ]
+        )
 
 
 def test_native_one_thread_reproduces_the_grid_bit_for_bit():
@@ -238,8 +264,16 @@ CLAIMS = {c.key: c for c in claims.all_claims()}
 
 
 def test_every_claim_has_a_verdict_and_a_finding():
-    assert list(CLAIMS) == ["sigma_zero", "fp16_tiny_eps", "sweet_spot", "too_large", "norm_in_float32",
-                            "norm_vs_none", "pre_vs_post", "finetune_mismatch"]
+    assert list(CLAIMS) == [
+        "sigma_zero",
+        "fp16_tiny_eps",
+        "sweet_spot",
+        "too_large",
+        "norm_in_float32",
+        "norm_vs_none",
+        "pre_vs_post",
+        "finetune_mismatch",
+    ]
     for c in CLAIMS.values():
         assert c.verdict in claims.VERDICTS and len(c.finding) > 200 and c.effects
         # Holm-adjusted within the verdict: an adjusted p is never below the raw one
@@ -248,6 +282,7 @@ def test_every_claim_has_a_verdict_and_a_finding():
 
 def test_the_arithmetic_floor_is_measured_and_small():
     from lneps.book.training.effects import arithmetic_floor
+
     for m in ("final_excess", "mean_excess", "excess_at_50", "excess_at_150"):
         assert 0 < arithmetic_floor(m) < 1e-3, m
     # its largest value is the bfloat16 run's; float32 runs move by less than 1e-5
@@ -264,10 +299,21 @@ def test_sigma_zero():
     assert c.verdict == "qualified"
     # zero rows appear only at the sandwich's output norms under zero-initialized projections ...
     assert f["only_sandwich_zero_resid_outputs"]
-    assert {k.split("/")[-1] for k in f["zero_row_sites"]} == {"0.attn.out", "0.mlp.out", "1.attn.out", "1.mlp.out"}
+    assert {k.split("/")[-1] for k in f["zero_row_sites"]} == {
+        "0.attn.out",
+        "0.mlp.out",
+        "1.attn.out",
+        "1.mlp.out",
+    }
     # ... at step 0 only without loss scaling, for as long as the scaler skips steps with it
     assert f["only_at_step_0_without_loss_scaling"]
-    assert 10 <= f["last_zero_row_step_with_loss_scaling"]["sandwich/zero_resid/1e-12/fp16_norm32/0.attn.out"] <= 25
+    assert (
+        10
+        <= f["last_zero_row_step_with_loss_scaling"][
+            "sandwich/zero_resid/1e-12/fp16_norm32/0.attn.out"
+        ]
+        <= 25
+    )
     # epsilon = 0 there: dead at step 0 in every seed; nowhere else
     assert set(f["eps0_first_nonfinite_step"]) == {0} and set(f["eps0_stopped_at"]) == {0}
     assert f["eps0_dead_elsewhere"] == [] and f["eps0_runs"] >= 20
@@ -280,11 +326,17 @@ def test_sigma_zero():
     # the small init is poor but gives q ~ 1e-8, not 0
     assert 1e-9 < f["q_min_small_init_step0"] < 1e-7
     # one zero row: kills float32 and bfloat16 in one step; loss scaling skips it; 1e-12 is enough
-    assert f["probe_kills_fp32_bf16"] and f["probe_guarded_by_loss_scaling"] and f["probe_1e-12_survives"]
+    assert (
+        f["probe_kills_fp32_bf16"]
+        and f["probe_guarded_by_loss_scaling"]
+        and f["probe_1e-12_survives"]
+    )
     for p in f["probe"]:
         assert p["zero_rows"] == 1 and p["rows"] == 512
         if p["eps"] == 0:
-            assert p["nonfinite_out_rows"] == 1 and p["nonfinite_logit_share"] == 64 / 512  # its whole window
+            assert (
+                p["nonfinite_out_rows"] == 1 and p["nonfinite_logit_share"] == 64 / 512
+            )  # its whole window
 
 
 def test_fp16_tiny_eps():
@@ -293,11 +345,15 @@ def test_fp16_tiny_eps():
     assert c.verdict == "qualified"
     assert f["float16_of_1e-12"] == 0.0 and f["float16_of_1e-8"] == 0.0
     pre, sandwich = c.effects
-    assert pre.is_equivalent and abs(pre.diff) < 1e-4          # where q > 0: nothing
+    assert pre.is_equivalent and abs(pre.diff) < 1e-4  # where q > 0: nothing
     assert f["pre_max_share_below_float16_threshold"] == 0 and f["pre_min_q_over_1e-12"] > 1e8
     assert sandwich.diff == math.inf and sandwich.is_effect  # where q = 0: dead
-    assert set(f["sandwich_e_first_nonfinite"]) == {0} and all(s is not None for s in f["sandwich_e_stopped_at"])
-    assert not any(f["sandwich_d_dead"]) and all(10 <= n <= 25 for n in f["sandwich_d_skipped_steps"])
+    assert set(f["sandwich_e_first_nonfinite"]) == {0} and all(
+        s is not None for s in f["sandwich_e_stopped_at"]
+    )
+    assert not any(f["sandwich_d_dead"]) and all(
+        10 <= n <= 25 for n in f["sandwich_d_skipped_steps"]
+    )
 
 
 def test_sweet_spot():
@@ -346,10 +402,13 @@ def test_too_large():
     assert len(costs) == 6 and all(e.is_effect and e.diff > 0 for e in costs)
     normal = c.facts["LayerNorm, init normal"]
     assert 0.02 < normal["final_cost_1e-1"] < 0.06 and 0.04 < normal["final_cost_1"] < 0.12
-    assert normal["share_of_gap_learnt_at_1"] > 0.8                 # not destroyed
+    assert normal["share_of_gap_learnt_at_1"] > 0.8  # not destroyed
     assert c.facts["LayerNorm, init small"]["share_of_gap_learnt_at_1"] < 0.6  # most of it lost
-    assert c.facts["destroyed"] == {"LayerNorm, init normal": False, "LayerNorm, init small": True,
-                                    "RMSNorm, init normal": False}
+    assert c.facts["destroyed"] == {
+        "LayerNorm, init normal": False,
+        "LayerNorm, init small": True,
+        "RMSNorm, init normal": False,
+    }
     # the network raises q against a large epsilon
     assert normal["q_p50_first_site_end"]["1"] > 2 * normal["q_p50_first_site_end"]["1e-05"]
 
@@ -410,16 +469,39 @@ def test_the_probe_is_stored_and_reads_what_the_runs_record():
     rows = {r["model"]: r for r in stored.probe_summary()}
     assert len(rows) == 23
     # the small init puts q near 2e-8 at every norm of a pre-norm model; the usual one near 1e-3
-    assert 1e-9 < rows["LayerNorm, pre-norm, init small"]["q_min"] < rows["LayerNorm, pre-norm, init small"]["q_median"] < 1e-7
+    assert (
+        1e-9
+        < rows["LayerNorm, pre-norm, init small"]["q_min"]
+        < rows["LayerNorm, pre-norm, init small"]["q_median"]
+        < 1e-7
+    )
     assert 1e-4 < rows["LayerNorm, pre-norm, init normal"]["q_median"] < 1e-2
     assert rows["LayerNorm, sandwich-norm, init zero_resid"]["q_min"] == 0
     # what the probe saw at step 0 of seed 0 is what the stored run of that model recorded there
     pr = stored.probe()
-    first = next(r for r in pr["lab"] if r["config"]["init"] == "small" and r["seed"] == 0
-                 and r["config"]["placement"] == "pre" and r["config"]["norm"] == "LayerNorm"
-                 and "layers" not in r["config"])
-    run = stored.one(norm="LayerNorm", placement="pre", init="small", eps=1e-5, precision="fp32", steps=300, seed=0)
-    site = first["sites"]["blocks.0.norms.attn_in"] if "blocks.0.norms.attn_in" in first["sites"] else None
+    first = next(
+        r
+        for r in pr["lab"]
+        if r["config"]["init"] == "small"
+        and r["seed"] == 0
+        and r["config"]["placement"] == "pre"
+        and r["config"]["norm"] == "LayerNorm"
+        and "layers" not in r["config"]
+    )
+    run = stored.one(
+        norm="LayerNorm",
+        placement="pre",
+        init="small",
+        eps=1e-5,
+        precision="fp32",
+        steps=300,
+        seed=0,
+    )
+    site = (
+        first["sites"]["blocks.0.norms.attn_in"]
+        if "blocks.0.norms.attn_in" in first["sites"]
+        else None
+    )
     assert site is not None
     assert site["q_min"] == pytest.approx(float(run.stat("q_min", "0.attn.in")[0]), rel=1e-6)
     # MiniLM: its smallest q is billions of times its epsilon (1e-12)

@@ -74,8 +74,10 @@ def test_holm_keeps_the_familywise_error_rate():
 
 
 def test_holm_adjusts_like_its_definition():
-    cs = [E.paired([0] * 4, v, margin=1) for v in ([1, 1.2, 0.9, 1.1], [0, 0.1, -0.1, 0.05],
-                                                   [0.3, 0.5, 0.2, 0.4])]
+    cs = [
+        E.paired([0] * 4, v, margin=1)
+        for v in ([1, 1.2, 0.9, 1.1], [0, 0.1, -0.1, 0.05], [0.3, 0.5, 0.2, 0.4])
+    ]
     ps = [c.p for c in cs]
     adj = [c.p_adjust for c in E.holm(cs)]
     order = np.argsort(ps)

@@ -8,7 +8,11 @@ from lneps.book.training import claims, effects, tables
 def test_numbers_use_a_true_minus_and_the_books_powers():
     assert tables.signed(-0.00312) == "−0.0031" and tables.signed(0.0084) == "+0.0084"
     assert tables.signed(math.inf) == "all died"
-    assert tables.eps_text(1e-5) == "10⁻⁵" and tables.eps_text(0.0) == "0" and tables.eps_text(None) == "none"
+    assert (
+        tables.eps_text(1e-5) == "10⁻⁵"
+        and tables.eps_text(0.0) == "0"
+        and tables.eps_text(None) == "none"
+    )
     c = effects.paired([0.0] * 4, [0.01, 0.012, 0.008, 0.01], margin=0.002)
     lo, hi = c.ci()
     assert tables.interval(c) == f"+0.0100 [{tables.signed(lo)}, {tables.signed(hi)}]"
@@ -16,7 +20,9 @@ def test_numbers_use_a_true_minus_and_the_books_powers():
 
 def test_a_markdown_table_is_a_numbered_myst_table():
     md = tables.markdown_table("A caption", "tbl-x", ["a", "b|c"], [["1", "2"]])
-    assert md.startswith("```{table} A caption\n:name: tbl-x\n\n| a | b\\|c |\n|---|---|\n| 1 | 2 |")
+    assert md.startswith(
+        "```{table} A caption\n:name: tbl-x\n\n| a | b\\|c |\n|---|---|\n| 1 | 2 |"
+    )
     assert md.endswith("```")
 
 

@@ -79,8 +79,11 @@ def ids(**where) -> list[str]:
         where["ft_steps"] = 0
     for k in ("lr", "layers", "width", "warmup"):
         where.setdefault(k, None)
-    hits = [(e["config"]["seed"], rid) for rid, e in MANIFEST["runs"].items()
-            if all(e["config"].get(k) == v for k, v in where.items())]
+    hits = [
+        (e["config"]["seed"], rid)
+        for rid, e in MANIFEST["runs"].items()
+        if all(e["config"].get(k) == v for k, v in where.items())
+    ]
     assert hits, where
     return [rid for _, rid in sorted(hits)]
 
@@ -140,7 +143,9 @@ def test_it_reads_stored_runs_and_never_trains():
         elif isinstance(node, ast.ImportFrom):
             imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
     assert not {m for m in imported if m.split(".")[0] == "torch"}, imported
-    assert not imported & {"lneps.book.training.run", "lneps.book.training.model", "lneps.torch"}, imported
+    assert not imported & {"lneps.book.training.run", "lneps.book.training.model", "lneps.torch"}, (
+        imported
+    )
     assert "lneps.book.training.stored" in imported and "claims.all_claims()" in code
 
 
@@ -148,12 +153,16 @@ def test_the_verdicts_are_the_labs(g):
     from lneps.book.training import claims
 
     verdicts = {c.key: c.verdict for c in claims.all_claims()}
-    assert {k.removeprefix("verdict_"): v for k, v in g.items() if k.startswith("verdict_")} == verdicts
+    assert {
+        k.removeprefix("verdict_"): v for k, v in g.items() if k.startswith("verdict_")
+    } == verdicts
     text = " ".join(markdown(NB).split())
     for key in verdicts:
         assert f"**Verdict: {{glue:text}}`verdict_{key}`" in text, key
     # what the prose says around them rests on these
-    assert (g["verdict_sweet_spot"], g["verdict_pre_vs_post"], g["verdict_finetune_mismatch"]) == ("corrected",) * 3
+    assert (g["verdict_sweet_spot"], g["verdict_pre_vs_post"], g["verdict_finetune_mismatch"]) == (
+        "corrected",
+    ) * 3
     others = ("sigma_zero", "fp16_tiny_eps", "too_large", "norm_in_float32", "norm_vs_none")
     assert {g[f"verdict_{k}"] for k in others} == {"qualified"}
 
@@ -162,30 +171,55 @@ def test_the_verdicts_are_the_labs(g):
 
 
 def test_the_corpus_the_floor_and_the_recipe(g):
-    assert (g["vocab"], g["corpus_len"], g["context"]) == (CORPUS["vocab"], CORPUS["length"], CORPUS["context"])
-    assert g["floor"] == CORPUS["loss_floor_nats"] and g["held_out"] == pytest.approx(FLOOR, rel=1e-12)
+    assert (g["vocab"], g["corpus_len"], g["context"]) == (
+        CORPUS["vocab"],
+        CORPUS["length"],
+        CORPUS["context"],
+    )
+    assert g["floor"] == CORPUS["loss_floor_nats"] and g["held_out"] == pytest.approx(
+        FLOOR, rel=1e-12
+    )
     assert g["floor_offset"] == pytest.approx(FLOOR - CORPUS["loss_floor_nats"], rel=1e-9)
     assert g["gap"] == pytest.approx(CORPUS["unigram_entropy_nats"] - FLOOR, rel=1e-12)
     r = MANIFEST["recipe"]
-    assert [g[k] for k in ("steps", "batch", "lr", "warmup", "clip")] == [r[k] for k in ("steps", "batch", "lr", "warmup", "clip")]
+    assert [g[k] for k in ("steps", "batch", "lr", "warmup", "clip")] == [
+        r[k] for k in ("steps", "batch", "lr", "warmup", "clip")
+    ]
     assert g["adam_eps"] == "10⁻⁸" and r["adam_eps"] == 1e-8
     assert g["ft_steps"] == MANIFEST["finetune"]["steps"]
-    assert g["n_runs"] == len(MANIFEST["runs"]) == len({r for s in MANIFEST["slices"].values() for r in s["runs"]})
+    assert (
+        g["n_runs"]
+        == len(MANIFEST["runs"])
+        == len({r for s in MANIFEST["slices"].values() for r in s["runs"]})
+    )
     first, last = MANIFEST["machines"][0], MANIFEST["machines"][-1]
     assert (g["cpu"], g["isa"]) == (first["cpu"]["model"], first["cpu_capability"])
     assert (g["cpu2"], g["isa2"]) == (last["cpu"]["model"], last["cpu_capability"])
     assert g["torch_version"] == first["torch"].split("+")[0] == last["torch"].split("+")[0]
-    assert (g["thr_float16"], g["thr_bfloat16"]) == (1024.0, 128.0) and g["thr_float32"] == "8.4 × 10⁶"
+    assert (g["thr_float16"], g["thr_bfloat16"]) == (1024.0, 128.0) and g[
+        "thr_float32"
+    ] == "8.4 × 10⁶"
     assert g["margin"] == 0.002
 
 
 def test_the_model_typed_in_the_prose_is_the_labs(g):
     tree = ast.parse((ROOT / "src/lneps/book/training/model.py").read_text(encoding="utf-8"))
     spec = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelSpec")
-    defaults = {s.target.id: ast.literal_eval(s.value) for s in spec.body if isinstance(s, ast.AnnAssign) and s.value}
-    assert (defaults["layers"], defaults["context"], defaults["vocab"]) == (g["n_layers"], g["context"], g["vocab"])
+    defaults = {
+        s.target.id: ast.literal_eval(s.value)
+        for s in spec.body
+        if isinstance(s, ast.AnnAssign) and s.value
+    }
+    assert (defaults["layers"], defaults["context"], defaults["vocab"]) == (
+        g["n_layers"],
+        g["context"],
+        g["vocab"],
+    )
     text = " ".join(markdown(NB).split())
-    assert f"width {defaults['width']}, {defaults['heads']} heads, an MLP of width {defaults['mlp']}" in text
+    assert (
+        f"width {defaults['width']}, {defaults['heads']} heads, an MLP of width {defaults['mlp']}"
+        in text
+    )
 
 
 def test_the_comparison_shown_in_full(g, arrays):
@@ -194,7 +228,11 @@ def test_the_comparison_shown_in_full(g, arrays):
     t = paired(arrays, a, b)
     cell = next(c for c in read(NB).cells if c.get("id") == "tr-compare")
     table = "".join(next(o["data"]["text/markdown"] for o in cell["outputs"] if "data" in o))
-    assert f"| mean, 95 % interval |" in table and interval(t) in table and "| outcome | | | effect |" in table
+    assert (
+        f"| mean, 95 % interval |" in table
+        and interval(t) in table
+        and "| outcome | | | effect |" in table
+    )
     assert t[3] == 10 and t[1] > 0
     for ra, rb in zip(a, b):
         assert signed(final(arrays, rb) - final(arrays, ra)) in table
@@ -209,19 +247,25 @@ def _floor(arrays, fp32_only=False) -> float:
         for rid in SPREAD["configs"]:
             if fp32_only and "-fp32-" not in rid:
                 continue
-            vals = [float(z[f"{p}/{rid}:eval_loss"][-1]) for p in SPREAD["profiles"]] + [float(arrays[f"{rid}:eval_loss"][-1])]
+            vals = [float(z[f"{p}/{rid}:eval_loss"][-1]) for p in SPREAD["profiles"]] + [
+                float(arrays[f"{rid}:eval_loss"][-1])
+            ]
             worst = max(worst, max(vals) - min(vals))
     return worst
 
 
 def test_the_arithmetic_floor(g, arrays):
-    assert g["machine_final"] == sci(_floor(arrays), 1) and g["machine_final_fp32"] == sci(_floor(arrays, True), 1)
+    assert g["machine_final"] == sci(_floor(arrays), 1) and g["machine_final_fp32"] == sci(
+        _floor(arrays, True), 1
+    )
     assert g["n_profiles"] == len(SPREAD["profiles"]) == 6
     # the table: the native one-thread profile reproduces every stored run bit for bit
     with np.load(DATA / "spread.npz") as z:
         for rid in SPREAD["configs"]:
             for part in ("loss", "grad_norm", "eval_loss"):
-                assert np.array_equal(z[f"native-1t/{rid}:{part}"], arrays[f"{rid}:{part}"], equal_nan=True), (rid, part)
+                assert np.array_equal(
+                    z[f"native-1t/{rid}:{part}"], arrays[f"{rid}:{part}"], equal_nan=True
+                ), (rid, part)
     table = glued_table("floor_table")
     assert table.count("native-1t") == len(SPREAD["configs"]) and sci(_floor(arrays), 1) in table
 
@@ -234,15 +278,26 @@ def test_the_loss_figure_shows_the_stored_losses(g, arrays):
 
     curves = TF.loss_curves()
     assert list(curves) == ["normal", "small"]
-    assert list(curves["normal"]) == ["ε = 0", "ε = 1e-5", "ε = 1e-3", "ε = 1e-1", "ε = 1", "no norm"]
+    assert list(curves["normal"]) == [
+        "ε = 0",
+        "ε = 1e-5",
+        "ε = 1e-3",
+        "ε = 1e-1",
+        "ε = 1",
+        "no norm",
+    ]
     w = g["smooth"]
     for init in ("normal", "small"):
         sets = [ids(placement="pre", init=init, eps=e) for e in (0.0, 1e-5, 1e-3, 1e-1, 1.0)]
         sets.append(ids(placement="none", init=init, eps=None))
-        common = set.intersection(*({MANIFEST["runs"][r]["config"]["seed"] for r in s} for s in sets))
+        common = set.intersection(
+            *({MANIFEST["runs"][r]["config"]["seed"] for r in s} for s in sets)
+        )
         rs = [r for r in sets[1] if MANIFEST["runs"][r]["config"]["seed"] in common]
         mean = np.mean([arrays[f"{r}:loss"].astype(np.float64) for r in rs], axis=0)
-        expected = np.array([mean[i - w + 1: i + 1].mean() for i in range(w - 1, len(mean))]) - FLOOR
+        expected = (
+            np.array([mean[i - w + 1 : i + 1].mean() for i in range(w - 1, len(mean))]) - FLOOR
+        )
         steps, got = curves[init]["ε = 1e-5"]
         assert steps[0] == w - 1 and np.allclose(got, expected, rtol=0, atol=1e-12)
 
@@ -271,11 +326,22 @@ def test_the_q_figure_and_what_the_prose_reads_off_it(g, arrays):
 def test_sigma_zero(g, arrays):
     dead = ids(placement="sandwich", init="zero_resid", eps=0.0)
     assert {MANIFEST["runs"][r]["stopped_at"] for r in dead} == {0} and g["sz_seeds"] == len(dead)
-    eps0 = [rid for rid, e in MANIFEST["runs"].items() if e["config"]["eps"] == 0.0 and e["config"]["ft_steps"] == 0]
+    eps0 = [
+        rid
+        for rid, e in MANIFEST["runs"].items()
+        if e["config"]["eps"] == 0.0 and e["config"]["ft_steps"] == 0
+    ]
     alive = [r for r in eps0 if r not in dead]
-    assert g["eps0_alive"] == len(alive) and all(MANIFEST["runs"][r]["stopped_at"] is None for r in alive)
-    gn = {e: np.mean([float(arrays[f"{r}:grad_norm"][0]) for r in ids(placement="sandwich", init="zero_resid", eps=e)])
-          for e in (1e-12, 1e-5)}
+    assert g["eps0_alive"] == len(alive) and all(
+        MANIFEST["runs"][r]["stopped_at"] is None for r in alive
+    )
+    gn = {
+        e: np.mean([
+            float(arrays[f"{r}:grad_norm"][0])
+            for r in ids(placement="sandwich", init="zero_resid", eps=e)
+        ])
+        for e in (1e-12, 1e-5)
+    }
     assert g["gn0_1e12"] == sci(gn[1e-12], 1) and g["gn0_1e5"] == pytest.approx(gn[1e-5], rel=1e-6)
     assert gn[1e-12] / gn[1e-5] == pytest.approx(10**3.5, rel=0.3)
 
@@ -285,11 +351,17 @@ def test_float16_and_the_norm_in_bfloat16(g, arrays):
     d = ids(placement="pre", init="normal", eps=1e-12, precision="fp16_norm32", steps=150)
     e = ids(placement="pre", init="normal", eps=1e-12, precision="fp16_eps16", steps=150)
     t = paired(arrays, d, e)
-    assert g["f16_pre_diff"] == interval(t) and g["f16_pre_outcome"] == "equivalent" and g["f16_seeds"] == t[3]
+    assert (
+        g["f16_pre_diff"] == interval(t)
+        and g["f16_pre_outcome"] == "equivalent"
+        and g["f16_seeds"] == t[3]
+    )
     assert -0.002 < t[1] and t[2] < 0.002
 
     def at150(arrays, rid):
-        return float(arrays[f"{rid}:eval_loss"][3]) - FLOOR  # held-out losses after 0, 50, 100, 150 steps
+        return (
+            float(arrays[f"{rid}:eval_loss"][3]) - FLOOR
+        )  # held-out losses after 0, 50, 100, 150 steps
 
     a = ids(placement="pre", init="normal", eps=1e-5)
     b = ids(placement="pre", init="normal", eps=1e-5, precision="bf16_norm32", steps=150)
@@ -304,21 +376,39 @@ def test_the_sweet_spot_and_the_rule(g, arrays):
         t = paired(arrays, small[0.0], small[e])
         assert g[key] == interval(t) and t[3] == 10, key
     # 1e-6 and 1e-5 cost: their intervals lie above 0; 1e-8's inside the margin
-    assert paired(arrays, small[0.0], small[1e-6])[1] > 0 and paired(arrays, small[0.0], small[1e-5])[1] > 0
+    assert (
+        paired(arrays, small[0.0], small[1e-6])[1] > 0
+        and paired(arrays, small[0.0], small[1e-5])[1] > 0
+    )
     lo, hi = paired(arrays, small[0.0], small[1e-8])[1:3]
     assert -0.002 < lo and hi < 0.002
     table = glued_table("sweep_table")
     for e in (1e-6, 1e-5):
-        t = paired(arrays, ids(placement="pre", init="normal", eps=0.0), ids(placement="pre", init="normal", eps=e))
+        t = paired(
+            arrays,
+            ids(placement="pre", init="normal", eps=0.0),
+            ids(placement="pre", init="normal", eps=e),
+        )
         assert interval(t) in table and t[3] >= 10
         assert -0.002 < t[1] and t[2] < 0.002
-    q0 = {init: np.median([np.median(stat(arrays, r, "q_p50")[0, :1]) for r in ids(placement="pre", init=init, eps=1e-5)])
-          for init in ("normal", "small")}
+    q0 = {
+        init: np.median([
+            np.median(stat(arrays, r, "q_p50")[0, :1])
+            for r in ids(placement="pre", init=init, eps=1e-5)
+        ])
+        for init in ("normal", "small")
+    }
     assert (g["q0_normal"], g["q0_small"]) == (sci(q0["normal"], 1), sci(q0["small"], 0))
     # bit for bit epsilon = 0 at normal: 1e-12 only (exercise 2)
     normal = {e: ids(placement="pre", init="normal", eps=e) for e in (0.0, 1e-12, 1e-8)}
-    same = [e for e in normal if all(np.array_equal(arrays[f"{a}:loss"], arrays[f"{b}:loss"])
-                                     for a, b in zip(normal[e], normal[0.0]))]
+    same = [
+        e
+        for e in normal
+        if all(
+            np.array_equal(arrays[f"{a}:loss"], arrays[f"{b}:loss"])
+            for a, b in zip(normal[e], normal[0.0])
+        )
+    ]
     assert same == [0.0, 1e-12]
 
 
@@ -329,9 +419,13 @@ def test_too_large(g, arrays):
     assert paired(arrays, runs[1e-5], runs[1.0])[1] > 0.02
     gap = CORPUS["unigram_entropy_nats"] - FLOOR
     for init, key in (("normal", "learnt_1"), ("small", "learnt_1_small")):
-        learnt = 1 - np.mean([final(arrays, r) for r in ids(placement="pre", init=init, eps=1.0)]) / gap
+        learnt = (
+            1 - np.mean([final(arrays, r) for r in ids(placement="pre", init=init, eps=1.0)]) / gap
+        )
         assert g[key] == pytest.approx(learnt, abs=1e-12)
-    assert g["eps1_none"] == interval(paired(arrays, ids(placement="none", init="normal", eps=None), runs[1.0]), 3)
+    assert g["eps1_none"] == interval(
+        paired(arrays, ids(placement="none", init="normal", eps=None), runs[1.0]), 3
+    )
 
 
 def test_norm_against_none_and_pre_against_post(g, arrays):
@@ -345,10 +439,16 @@ def test_norm_against_none_and_pre_against_post(g, arrays):
         post.append(paired(arrays, pre, after))
         for rid in pre + none + after:
             assert np.all(np.isfinite(arrays[f"{rid}:loss"])), rid
-    assert (g["nn_fin_lo"], g["nn_fin_hi"]) == pytest.approx((min(t[0] for t in fin), max(t[0] for t in fin)), abs=1e-12)
-    assert (g["nn_mean_lo"], g["nn_mean_hi"]) == pytest.approx((min(t[0] for t in mean), max(t[0] for t in mean)), abs=1e-12)
+    assert (g["nn_fin_lo"], g["nn_fin_hi"]) == pytest.approx(
+        (min(t[0] for t in fin), max(t[0] for t in fin)), abs=1e-12
+    )
+    assert (g["nn_mean_lo"], g["nn_mean_hi"]) == pytest.approx(
+        (min(t[0] for t in mean), max(t[0] for t in mean)), abs=1e-12
+    )
     assert all(t[1] > 0 for t in fin + mean) and all(t[2] < 0 for t in post)
-    assert (g["pp_fin_lo"], g["pp_fin_hi"]) == pytest.approx((-max(t[0] for t in post), -min(t[0] for t in post)), abs=1e-12)
+    assert (g["pp_fin_lo"], g["pp_fin_hi"]) == pytest.approx(
+        (-max(t[0] for t in post), -min(t[0] for t in post)), abs=1e-12
+    )
     # the learning-rate rows of the table
     table = glued_table("where_table")
     for lr in (1e-2, 3e-2):
@@ -364,7 +464,12 @@ def test_fine_tuning(g, arrays):
             ctrl = ids(init=init, eps=ea, ft_eps=ea, ft_precision="fp32")
             for rid, e in MANIFEST["runs"].items():
                 c = e["config"]
-                if c["ft_steps"] and c["init"] == init and c["eps"] == ea and (c["ft_eps"], c["ft_precision"]) != (ea, "fp32"):
+                if (
+                    c["ft_steps"]
+                    and c["init"] == init
+                    and c["eps"] == ea
+                    and (c["ft_eps"], c["ft_precision"]) != (ea, "fp32")
+                ):
                     if c["seed"] == 0:
                         n += 1
     assert g["ft_swaps"] == n == 12 and g["ft_n"] == 2 * n
@@ -385,7 +490,9 @@ def test_the_exercises_and_the_comparison_count(g, arrays):
         steps = np.unique(np.r_[np.arange(20), np.arange(20, 300, 10), 299])
         return int(steps[np.argmax(med > eps)])
 
-    assert (g["ex_cross_1e6"], g["ex_cross_1e5"]) == (crossing(1e-6), crossing(1e-5)) and crossing(1e-8) == 0
+    assert (g["ex_cross_1e6"], g["ex_cross_1e5"]) == (crossing(1e-6), crossing(1e-5)) and crossing(
+        1e-8
+    ) == 0
     cell = next(c.source for c in read(NB).cells if c.get("id") == "tr-compare")
     assert cell.count("1e-6") == 2 and "small" in cell  # exercise 1 edits it
     from lneps.book.training import claims
@@ -407,10 +514,24 @@ def test_the_page_numbers_its_figures_and_links_the_claims(built_book):
     main = built_article("book/training.html")
     assert main.find("h1").get_text(" ").strip().startswith(f"{number}.")
     captions = [f.find("figcaption").get_text(" ") for f in main.find_all("figure")]
-    assert [c.split()[:2] for c in captions] == [["Figure", f"{number}.1"], ["Figure", f"{number}.2"]]
+    assert [c.split()[:2] for c in captions] == [
+        ["Figure", f"{number}.1"],
+        ["Figure", f"{number}.2"],
+    ]
     claims_page = built_article("book/claims.html")
-    links = {a["href"].split("#")[1] for a in claims_page.find_all("a", href=True) if "training.html#" in a["href"]}
-    assert links >= {"training-sigma-zero", "training-float16", "training-sweet-spot", "training-too-large",
-                     "training-norm-vs-none", "training-pre-post", "training-finetune"}
+    links = {
+        a["href"].split("#")[1]
+        for a in claims_page.find_all("a", href=True)
+        if "training.html#" in a["href"]
+    }
+    assert links >= {
+        "training-sigma-zero",
+        "training-float16",
+        "training-sweet-spot",
+        "training-too-large",
+        "training-norm-vs-none",
+        "training-pre-post",
+        "training-finetune",
+    }
     for anchor in links:
         assert main.find(id=anchor) is not None, anchor

@@ -11,7 +11,9 @@ import pytest
 from lneps.torch import THRESHOLDS, site_report
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch (the frameworks extra) not installed")
+needs_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="torch (the frameworks extra) not installed"
+)
 
 
 def test_thresholds_are_two_to_the_p_minus_one():
@@ -49,6 +51,7 @@ def torch():
     if not HAVE_TORCH:
         pytest.skip("torch (the frameworks extra) not installed")
     import torch
+
     return torch
 
 
@@ -86,11 +89,11 @@ def test_probe_finds_every_kind_and_measures_known_q(torch):
 
     m = Tiny()
     assert set(norm_sites(m)) == {"ln", "rms", "hf", "gn"}
-    x = _rows(torch, [1.0, 0.01, 2 ** -6])
+    x = _rows(torch, [1.0, 0.01, 2**-6])
     sites = probe(m, x)
     ln = sites["ln"]
     assert ln.rows == 3 and ln.kind == "LayerNorm" and ln.eps == 1e-5
-    assert ln.q_min == pytest.approx(1e-4, rel=1e-6) and ln.q_median == 2.0 ** -12
+    assert ln.q_min == pytest.approx(1e-4, rel=1e-6) and ln.q_median == 2.0**-12
     # q/eps = 1e5, 10, 24.4: float16 (1024) acts on two rows, float32 on all three
     assert ln.share_acts["float16"] == pytest.approx(2 / 3) and ln.share_acts["float32"] == 1.0
     # after the layer norm a row's mean square is q/(q + eps): the smallest is 1e-4/1.1e-4

@@ -2,7 +2,8 @@
 
 A 2-layer decoder-only transformer (width 64, 4 heads, context 64) learns a seeded Markov chain
 whose loss floor is known exactly, under a grid of norms, placements, inits, epsilons and
-precision modes, three seeds each; every run records its loss, gradient norm, first non-finite
+precision modes (three seeds each, ten where a verdict rests on them), and of learning rates,
+depths, widths, warm-up and budget (four seeds); every run records its loss, gradient norm, first non-finite
 step and, at every norm site, the distribution of q/epsilon. The runs are stored in
 ``lneps/book/data/training/`` and read back without torch.
 
@@ -25,8 +26,23 @@ Modules (each loaded on first use; only those marked torch import it):
 
 import importlib
 
-_MODULES = ("corpus", "config", "recipe", "grid", "record", "precision", "model", "run", "provenance",
-            "stored", "spread", "effects", "claims", "tables", "figures")
+_MODULES = (
+    "corpus",
+    "config",
+    "recipe",
+    "grid",
+    "record",
+    "precision",
+    "model",
+    "run",
+    "provenance",
+    "stored",
+    "spread",
+    "effects",
+    "claims",
+    "tables",
+    "figures",
+)
 
 
 def __getattr__(name):

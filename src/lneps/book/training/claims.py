@@ -28,18 +28,38 @@ from .effects import Comparison, compare, final_excess, holm
 from .grid import EPS_SWEEP, INIT_NAMES
 from .precision import PRECISIONS
 
-__all__ = ["VERDICTS", "Claim", "SWEEP_FAMILIES", "zero_row_sites", "sigma_zero", "fp16_tiny_eps",
-           "eps_table", "eps_against_zero", "plateau", "sweet_spot", "too_large", "norm_in_float32",
-           "norm_vs_none", "pre_vs_post", "finetune_mismatch", "where_it_holds", "eps_rule",
-           "guide_table", "new_model_eps", "all_claims"]
+__all__ = [
+    "VERDICTS",
+    "Claim",
+    "SWEEP_FAMILIES",
+    "zero_row_sites",
+    "sigma_zero",
+    "fp16_tiny_eps",
+    "eps_table",
+    "eps_against_zero",
+    "plateau",
+    "sweet_spot",
+    "too_large",
+    "norm_in_float32",
+    "norm_vs_none",
+    "pre_vs_post",
+    "finetune_mismatch",
+    "where_it_holds",
+    "eps_rule",
+    "guide_table",
+    "new_model_eps",
+    "all_claims",
+]
 
 VERDICTS = ("true", "corrected", "qualified", "undecided")
 
 #: The epsilon sweep's three families of runs (pre-norm, float32): which norm, which init. (Not
 #: :data:`lneps.families.FAMILIES`, the input rows the kernels are graded on.)
-SWEEP_FAMILIES = {"LayerNorm, init normal": {"norm": "LayerNorm", "init": "normal"},
-                  "LayerNorm, init small": {"norm": "LayerNorm", "init": "small"},
-                  "RMSNorm, init normal": {"norm": "RMSNorm", "init": "normal"}}
+SWEEP_FAMILIES = {
+    "LayerNorm, init normal": {"norm": "LayerNorm", "init": "normal"},
+    "LayerNorm, init small": {"norm": "LayerNorm", "init": "small"},
+    "RMSNorm, init normal": {"norm": "RMSNorm", "init": "normal"},
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,7 @@ def _mean(vals) -> float:
 
 # --- sigma = 0 ---------------------------------------------------------------------------------
 
+
 def zero_row_sites() -> dict[tuple, list[int]]:
     """Every (placement, init, eps, precision, site) where a recorded step of a pre-training run
     had a row with q = 0 exactly, with the recorded steps it happened at (over the seeds)."""
@@ -95,7 +116,7 @@ def zero_row_sites() -> dict[tuple, list[int]]:
 
 
 def sigma_zero() -> Claim:
-    """"sigma = 0 at the start of training when weights are initialized poorly, when a layer
+    """ "sigma = 0 at the start of training when weights are initialized poorly, when a layer
     has died"; "one zero standard deviation can kill an entire training run".
 
     Where rows of zero variance reach a norm at all (:func:`zero_row_sites`), what epsilon = 0
@@ -110,38 +131,62 @@ def sigma_zero() -> Claim:
     small = _sel(placement="pre", init="small", eps=1e-5)
     q_small = float(min(np.nanmin(r.stat("q_min")[0]) for r in small))
     eps0 = [r for r in stored.runs().values() if r.config.eps == 0.0 and not r.config.is_finetune]
-    eps0_dead_elsewhere = sorted(r.id for r in eps0
-                                 if r.dead and (r.config.placement, r.config.init) != ("sandwich", "zero_resid"))
+    eps0_dead_elsewhere = sorted(
+        r.id
+        for r in eps0
+        if r.dead and (r.config.placement, r.config.init) != ("sandwich", "zero_resid")
+    )
     probe = stored.manifest()["zero_row_probe"]
 
     def pr(prec, eps):
         return [p for p in probe if p["precision"] == prec and p["eps"] == eps]
 
-    killed = all(not p["loss_finite"] and p["nonfinite_param_share"] == 1.0
-                 for p in pr("fp32", 0.0) + pr("bf16_norm32", 0.0))
-    guarded = all(p["step_skipped"] and p["nonfinite_param_share"] == 0.0 for p in pr("fp16_norm32", 0.0))
+    killed = all(
+        not p["loss_finite"] and p["nonfinite_param_share"] == 1.0
+        for p in pr("fp32", 0.0) + pr("bf16_norm32", 0.0)
+    )
+    guarded = all(
+        p["step_skipped"] and p["nonfinite_param_share"] == 0.0 for p in pr("fp16_norm32", 0.0)
+    )
     tiny_ok = all(p["loss_finite"] and p["nonfinite_param_share"] == 0.0 for p in pr("fp32", 1e-12))
     label = "sandwich, zero_resid, eps 1e-5"
-    effects = tuple(holm([compare(alive[1e-5], dead0, "final_excess", label, "eps 0"),
-                          compare(alive[1e-5], alive[1e-12], "log10_max_grad_norm", label, "eps 1e-12"),
-                          compare(alive[1e-5], alive[1e-12], "final_excess", label, "eps 1e-12")],
-                         family="zero rows"))
+    effects = tuple(
+        holm(
+            [
+                compare(alive[1e-5], dead0, "final_excess", label, "eps 0"),
+                compare(alive[1e-5], alive[1e-12], "log10_max_grad_norm", label, "eps 1e-12"),
+                compare(alive[1e-5], alive[1e-12], "final_excess", label, "eps 1e-12"),
+            ],
+            family="zero rows",
+        )
+    )
     gn0 = {_eps(e): [float(r.grad_norm[0]) for r in rs] for e, rs in alive.items()}
     gn0["pre, normal, 1e-5"] = [float(r.grad_norm[0]) for r in base]
-    only_sandwich = all(k[0] == "sandwich" and k[1] == "zero_resid" and k[4].endswith(".out") for k in sites)
+    only_sandwich = all(
+        k[0] == "sandwich" and k[1] == "zero_resid" and k[4].endswith(".out") for k in sites
+    )
     unscaled = {k: v for k, v in sites.items() if not PRECISIONS[k[3]].scaler}
     at_step0 = all(v == [0] for v in unscaled.values())
     scaled_last = {k: v[-1] for k, v in sites.items() if PRECISIONS[k[3]].scaler}
     d_last = max((v for k, v in scaled_last.items() if k[3] == "fp16_norm32"), default=0)
-    facts = {"zero_row_sites": {"/".join(map(str, k)): v for k, v in sites.items()},
-             "only_sandwich_zero_resid_outputs": only_sandwich, "only_at_step_0_without_loss_scaling": at_step0,
-             "last_zero_row_step_with_loss_scaling": {"/".join(map(str, k)): v for k, v in scaled_last.items()},
-             "eps0_first_nonfinite_step": [r.first_nonfinite_step for r in dead0],
-             "eps0_stopped_at": [r.stopped_at for r in dead0],
-             "eps0_runs": len(eps0), "eps0_dead_elsewhere": eps0_dead_elsewhere,
-             "grad_norm_step0": gn0, "q_min_small_init_step0": q_small,
-             "probe_kills_fp32_bf16": killed, "probe_guarded_by_loss_scaling": guarded, "probe_1e-12_survives": tiny_ok,
-             "probe": probe}
+    facts = {
+        "zero_row_sites": {"/".join(map(str, k)): v for k, v in sites.items()},
+        "only_sandwich_zero_resid_outputs": only_sandwich,
+        "only_at_step_0_without_loss_scaling": at_step0,
+        "last_zero_row_step_with_loss_scaling": {
+            "/".join(map(str, k)): v for k, v in scaled_last.items()
+        },
+        "eps0_first_nonfinite_step": [r.first_nonfinite_step for r in dead0],
+        "eps0_stopped_at": [r.stopped_at for r in dead0],
+        "eps0_runs": len(eps0),
+        "eps0_dead_elsewhere": eps0_dead_elsewhere,
+        "grad_norm_step0": gn0,
+        "q_min_small_init_step0": q_small,
+        "probe_kills_fp32_bf16": killed,
+        "probe_guarded_by_loss_scaling": guarded,
+        "probe_1e-12_survives": tiny_ok,
+        "probe": probe,
+    }
     finding = (
         f"Rows with q = 0 reached a norm only at the sandwich's sublayer-output norms under the "
         f"zero-initialized projections ({', '.join(sorted({k[4] for k in sites}))}): each sublayer adds "
@@ -159,17 +204,25 @@ def sigma_zero() -> Claim:
         f"NaN spreads through attention to its whole window, the loss and every gradient, and after one "
         f"AdamW step {'every' if killed else 'not every'} parameter is NaN in float32 and bfloat16; loss "
         f"scaling {'skips that step and the parameters stay finite' if guarded else 'does not save it'}; "
-        f"1e-12 {'keeps it finite' if tiny_ok else 'does not help'}.")
+        f"1e-12 {'keeps it finite' if tiny_ok else 'does not help'}."
+    )
     verdict = "qualified" if killed and only_sandwich else ("true" if killed else "corrected")
-    return Claim("sigma_zero", "sigma = 0 ... at the start of training when weights are initialized poorly, when "
-                 "a layer has died; one zero standard deviation can kill an entire training run",
-                 verdict, finding, effects, facts)
+    return Claim(
+        "sigma_zero",
+        "sigma = 0 ... at the start of training when weights are initialized poorly, when "
+        "a layer has died; one zero standard deviation can kill an entire training run",
+        verdict,
+        finding,
+        effects,
+        facts,
+    )
 
 
 # --- 1e-12 in float16 ---------------------------------------------------------------------------
 
+
 def fp16_tiny_eps() -> Claim:
-    """"In float16, 1e-12 may simply underflow to zero -- you added nothing": mode (e) (epsilon
+    """ "In float16, 1e-12 may simply underflow to zero -- you added nothing": mode (e) (epsilon
     stored in float16, so 0) against (d) (norm in float32 with 1e-12), pre-norm ``normal``
     (q > 0 everywhere) and sandwich ``zero_resid`` (q = 0 at step 0), 150-step prefixes."""
     n = 150
@@ -177,20 +230,41 @@ def fp16_tiny_eps() -> Claim:
     sw = dict(placement="sandwich", init="zero_resid", eps=1e-12, steps=n)
     d_pre, e_pre = _sel(**pre, precision="fp16_norm32"), _sel(**pre, precision="fp16_eps16")
     d_sw, e_sw = _sel(**sw, precision="fp16_norm32"), _sel(**sw, precision="fp16_eps16")
-    effects = tuple(holm([compare(d_pre, e_pre, "final_excess", "(d) pre-norm, 1e-12", "(e) eps 0 in float16"),
-                          compare(d_sw, e_sw, "final_excess", "(d) sandwich zero_resid, 1e-12",
-                                  "(e) eps 0 in float16")], family="1e-12 in float16"))
+    effects = tuple(
+        holm(
+            [
+                compare(
+                    d_pre, e_pre, "final_excess", "(d) pre-norm, 1e-12", "(e) eps 0 in float16"
+                ),
+                compare(
+                    d_sw,
+                    e_sw,
+                    "final_excess",
+                    "(d) sandwich zero_resid, 1e-12",
+                    "(e) eps 0 in float16",
+                ),
+            ],
+            family="1e-12 in float16",
+        )
+    )
     share16 = max(float(np.nanmax(r.stat("share_below_float16"))) for r in d_pre)
     qmin = min(float(np.nanmin(r.stat("q_min"))) for r in d_pre + e_pre)
     f16 = stored.manifest()["autocast"]["float16_of"]
-    facts = {"float16_of_1e-12": f16["1e-12"], "float16_of_1e-8": f16["1e-08"],
-             "pre_max_share_below_float16_threshold": share16, "pre_min_q": qmin,
-             "pre_min_q_over_1e-12": qmin / 1e-12,
-             "sandwich_e_first_nonfinite": [r.first_nonfinite_step for r in e_sw],
-             "sandwich_e_stopped_at": [r.stopped_at for r in e_sw],
-             "sandwich_d_skipped_steps": [r.meta["nonfinite_steps"] for r in d_sw],
-             "sandwich_d_dead": [r.dead for r in d_sw]}
-    pre_none, sw_kill = effects[0].is_equivalent, effects[1].is_effect and effects[1].diff == math.inf
+    facts = {
+        "float16_of_1e-12": f16["1e-12"],
+        "float16_of_1e-8": f16["1e-08"],
+        "pre_max_share_below_float16_threshold": share16,
+        "pre_min_q": qmin,
+        "pre_min_q_over_1e-12": qmin / 1e-12,
+        "sandwich_e_first_nonfinite": [r.first_nonfinite_step for r in e_sw],
+        "sandwich_e_stopped_at": [r.stopped_at for r in e_sw],
+        "sandwich_d_skipped_steps": [r.meta["nonfinite_steps"] for r in d_sw],
+        "sandwich_d_dead": [r.dead for r in d_sw],
+    }
+    pre_none, sw_kill = (
+        effects[0].is_equivalent,
+        effects[1].is_effect and effects[1].diff == math.inf,
+    )
     finding = (
         f"1e-12 is {f16['1e-12']:g} in float16 (so is 1e-8). Where every row has q > 0 that costs nothing: in "
         f"pre-norm the smallest q of any row at any site was {qmin:.2g}, {qmin / 1e-12:.1g} times 1e-12, "
@@ -200,13 +274,22 @@ def fp16_tiny_eps() -> Claim:
         f"(no update can move the zero projections), and the run is stopped after "
         f"{e_sw[0].meta['nonfinite_steps']} skipped steps, in every seed; with 1e-12 kept in float32 (d) it "
         f"trains, after {min(facts['sandwich_d_skipped_steps'])}-{max(facts['sandwich_d_skipped_steps'])} skipped "
-        f"steps while the scaler backs off from the 1/sqrt(1e-12) gradient.")
+        f"steps while the scaler backs off from the 1/sqrt(1e-12) gradient."
+    )
     verdict = "qualified" if pre_none and sw_kill else ("true" if sw_kill else "undecided")
-    return Claim("fp16_tiny_eps", "In float16, 1e-12 may simply underflow to zero -- you added nothing; "
-                 "still vulnerable in mixed-precision training", verdict, finding, effects, facts)
+    return Claim(
+        "fp16_tiny_eps",
+        "In float16, 1e-12 may simply underflow to zero -- you added nothing; "
+        "still vulnerable in mixed-precision training",
+        verdict,
+        finding,
+        effects,
+        facts,
+    )
 
 
 # --- the sweet spot and too large an epsilon ---------------------------------------------------
+
 
 def _family_runs(fam: dict) -> dict[float, list[stored.Run]]:
     return {e: _sel(placement="pre", eps=e, **fam) for e in EPS_SWEEP}
@@ -224,9 +307,12 @@ def eps_table(metric: str = "final_excess") -> dict[str, dict[float, tuple[float
     """Per family of :data:`SWEEP_FAMILIES`, per epsilon of the sweep, the metric's per-seed
     values."""
     from .effects import METRICS
+
     f = METRICS[metric]
-    return {name: {e: tuple(f(r) for r in rs) for e, rs in _family_runs(fam).items()}
-            for name, fam in SWEEP_FAMILIES.items()}
+    return {
+        name: {e: tuple(f(r) for r in rs) for e, rs in _family_runs(fam).items()}
+        for name, fam in SWEEP_FAMILIES.items()
+    }
 
 
 _SWEEP_CACHE: dict = {}
@@ -239,8 +325,11 @@ def eps_against_zero(metric: str = "final_excess") -> dict[str, dict[float, Comp
         pairs = []
         for name, fam in SWEEP_FAMILIES.items():
             runs = _family_runs(fam)
-            pairs += [(name, e, compare(runs[0.0], runs[e], metric, f"{name}, eps 0", f"eps {_eps(e)}"))
-                      for e in EPS_SWEEP if e != 0]
+            pairs += [
+                (name, e, compare(runs[0.0], runs[e], metric, f"{name}, eps 0", f"eps {_eps(e)}"))
+                for e in EPS_SWEEP
+                if e != 0
+            ]
         adj = holm([c for *_, c in pairs], family="the epsilon sweep against epsilon = 0")
         out: dict[str, dict[float, Comparison]] = {n: {} for n in SWEEP_FAMILIES}
         for (name, e, _), c in zip(pairs, adj):
@@ -263,7 +352,7 @@ def _q0(runs) -> float:
 
 
 def sweet_spot() -> Claim:
-    """"The sweet spot -- typically epsilon in [1e-6, 1e-5] -- balances stability against
+    """ "The sweet spot -- typically epsilon in [1e-6, 1e-5] -- balances stability against
     fidelity": per family, every epsilon against epsilon = 0 (:func:`eps_against_zero`). A
     sweet spot needs 1e-6 or 1e-5 to beat 0 by an effect; it is corrected where each of them is
     equivalent to 0 or worse than it."""
@@ -274,24 +363,39 @@ def sweet_spot() -> Claim:
         cs = table[name]
         effects += list(cs.values())
         rng = {e: cs[e] for e in (1e-6, 1e-5)}
-        identical = [e for e, rs in runs.items()
-                     if all(np.array_equal(r.loss, r0.loss) for r, r0 in zip(rs, runs[0.0]))]
-        never_below = [e for e, rs in runs.items()
-                       if max(float(np.nanmax(r.stat("share_below_float32"))) for r in rs) == 0]
+        identical = [
+            e
+            for e, rs in runs.items()
+            if all(np.array_equal(r.loss, r0.loss) for r, r0 in zip(rs, runs[0.0]))
+        ]
+        never_below = [
+            e
+            for e, rs in runs.items()
+            if max(float(np.nanmax(r.stat("share_below_float32"))) for r in rs) == 0
+        ]
         facts[name] = {
-            "seeds": len(runs[0.0]), "median_q_step0": _q0(runs[1e-5]),
+            "seeds": len(runs[0.0]),
+            "median_q_step0": _q0(runs[1e-5]),
             "outcome": {_eps(e): c.outcome for e, c in cs.items()},
             "diff": {_eps(e): c.diff for e, c in cs.items()},
             "ci95": {_eps(e): c.ci() for e, c in cs.items()},
             "plateau": plateau(fam)[1],
             "better_than_eps0": [e for e, c in cs.items() if c.is_effect and c.diff < 0],
-            "worse_than_eps0": {_eps(e): c.diff for e, c in cs.items() if c.is_effect and c.diff > 0},
+            "worse_than_eps0": {
+                _eps(e): c.diff for e, c in cs.items() if c.is_effect and c.diff > 0
+            },
             "range_beats_eps0": any(c.is_effect and c.diff < 0 for c in rng.values()),
-            "range_decided": all(c.is_equivalent or (c.is_effect and c.diff > 0) for c in rng.values()),
-            "bit_identical_to_eps0": identical, "never_below_float32_threshold": never_below,
-            "means": {_eps(e): _mean([final_excess(r) for r in rs]) for e, rs in runs.items()}}
-        lines.append(f"{name} (q at step 0 about {facts[name]['median_q_step0']:.2g}): "
-                     + "; ".join(f"{_eps(e)} {_text(cs[e])}" for e in (1e-8, 1e-6, 1e-5, 1e-3)))
+            "range_decided": all(
+                c.is_equivalent or (c.is_effect and c.diff > 0) for c in rng.values()
+            ),
+            "bit_identical_to_eps0": identical,
+            "never_below_float32_threshold": never_below,
+            "means": {_eps(e): _mean([final_excess(r) for r in rs]) for e, rs in runs.items()},
+        }
+        lines.append(
+            f"{name} (q at step 0 about {facts[name]['median_q_step0']:.2g}): "
+            + "; ".join(f"{_eps(e)} {_text(cs[e])}" for e in (1e-8, 1e-6, 1e-5, 1e-3))
+        )
     beats = [n for n, f in facts.items() if f["range_beats_eps0"]]
     decided = all(f["range_decided"] for f in facts.values())
     if len(beats) == len(facts):
@@ -302,20 +406,35 @@ def sweet_spot() -> Claim:
         verdict = "corrected"
     else:
         verdict = "undecided"
-    finding = ("Final excess over the chain's held-out loss, each epsilon against epsilon = 0, paired "
-               "by seed (95 % interval, Holm over the sweep's 21 comparisons): " + "; ".join(lines)
-               + ". Runs whose rows never had q/epsilon below 2^23 are those of epsilon = 0 bit for bit: "
-               + "; ".join(f"{n}: {', '.join(_eps(e) for e in v['bit_identical_to_eps0'])}"
-                           for n, v in facts.items()) + ". "
-               + ("In no family does 1e-6 or 1e-5 beat epsilon = 0; where q at initialization is far "
-                  "above them they are equivalent to it, where it is below them they cost."
-                  if not beats else "Some family has an epsilon in the range better than 0."))
-    return Claim("sweet_spot", "The sweet spot -- typically eps in [1e-6, 1e-5] -- balances stability "
-                 "against fidelity", verdict, finding, tuple(effects), facts)
+    finding = (
+        "Final excess over the chain's held-out loss, each epsilon against epsilon = 0, paired "
+        "by seed (95 % interval, Holm over the sweep's 21 comparisons): "
+        + "; ".join(lines)
+        + ". Runs whose rows never had q/epsilon below 2^23 are those of epsilon = 0 bit for bit: "
+        + "; ".join(
+            f"{n}: {', '.join(_eps(e) for e in v['bit_identical_to_eps0'])}"
+            for n, v in facts.items()
+        )
+        + ". "
+        + (
+            "In no family does 1e-6 or 1e-5 beat epsilon = 0; where q at initialization is far "
+            "above them they are equivalent to it, where it is below them they cost."
+            if not beats
+            else "Some family has an epsilon in the range better than 0."
+        )
+    )
+    return Claim(
+        "sweet_spot",
+        "The sweet spot -- typically eps in [1e-6, 1e-5] -- balances stability against fidelity",
+        verdict,
+        finding,
+        tuple(effects),
+        facts,
+    )
 
 
 def too_large() -> Claim:
-    """"Too large (1e-1 or 1.0): the normalization no longer normalizes -- it's dividing by a
+    """ "Too large (1e-1 or 1.0): the normalization no longer normalizes -- it's dividing by a
     constant ... expressivity is destroyed": per family, 1e-1 and 1 against 1e-5 on the final
     excess and the mean excess (speed); epsilon = 1 against no norm at all (same init, layer
     norm families); the share of the learnable gap (unigram entropy - floor) still learnt at
@@ -328,7 +447,9 @@ def too_large() -> Claim:
         runs = _family_runs(fam)
         for big in (1e-1, 1.0):
             for metric in ("final_excess", "mean_excess"):
-                raw.append(compare(runs[1e-5], runs[big], metric, f"{name}, eps 1e-5", f"eps {_eps(big)}"))
+                raw.append(
+                    compare(runs[1e-5], runs[big], metric, f"{name}, eps 1e-5", f"eps {_eps(big)}")
+                )
                 keys.append((name, big, metric))
         if fam["norm"] == "LayerNorm":
             none = _sel(placement="none", init=fam["init"], eps=None)
@@ -344,26 +465,41 @@ def too_large() -> Claim:
         learnt = 1 - _mean([final_excess(r) for r in runs[1.0]]) / gap
         destroyed[name] = learnt < 0.5
         site0 = runs[1.0][0].sites[0]
-        q_end = {_eps(e): float(np.median([r.stat("q_p50", site0)[-1] for r in runs[e]])) for e in (1e-5, 1.0)}
+        q_end = {
+            _eps(e): float(np.median([r.stat("q_p50", site0)[-1] for r in runs[e]]))
+            for e in (1e-5, 1.0)
+        }
         q_start = float(np.median([r.stat("q_p50", site0)[0] for r in runs[1.0]]))
-        facts[name] = {"final_cost_1e-1": fin[0].diff, "final_cost_1": fin[1].diff,
-                       "ci_1e-1": fin[0].ci(), "ci_1": fin[1].ci(), "seeds": fin[0].n,
-                       "share_of_gap_learnt_at_1": learnt,
-                       "q_p50_first_site_start": q_start, "q_p50_first_site_end": q_end}
-        line = (f"{name}: 1e-1 {_text(fin[0], 3)}, 1 {_text(fin[1], 3)}; at 1 it still learns "
-                f"{learnt:.0%} of the gap; q at the first norm ends at {q_end['1']:.2g} (from {q_start:.2g}; "
-                f"{q_end['1e-05']:.2g} at 1e-5)")
+        facts[name] = {
+            "final_cost_1e-1": fin[0].diff,
+            "final_cost_1": fin[1].diff,
+            "ci_1e-1": fin[0].ci(),
+            "ci_1": fin[1].ci(),
+            "seeds": fin[0].n,
+            "share_of_gap_learnt_at_1": learnt,
+            "q_p50_first_site_start": q_start,
+            "q_p50_first_site_end": q_end,
+        }
+        line = (
+            f"{name}: 1e-1 {_text(fin[0], 3)}, 1 {_text(fin[1], 3)}; at 1 it still learns "
+            f"{learnt:.0%} of the gap; q at the first norm ends at {q_end['1']:.2g} (from {q_start:.2g}; "
+            f"{q_end['1e-05']:.2g} at 1e-5)"
+        )
         if (name, "none", "final_excess") in by:
             e = by[name, "none", "final_excess"]
             facts[name]["eps_1_against_no_norm"] = e.diff
             facts[name]["eps_1_against_no_norm_outcome"] = e.outcome
             line += f"; epsilon 1 against no norm at all: {_text(e, 3)}"
         lines.append(line)
-    finding = ("Against 1e-5, final excess over the chain's held-out loss (paired, 95 % interval, Holm over "
-               "14 comparisons): " + "; ".join(lines) + f". The learnable gap (unigram entropy - floor) is "
-               f"{gap:.3f} nats. What a large epsilon costs is what the norm was worth, and that depends on "
-               "q: little where the init makes q large, most of the learning where q starts far below "
-               "epsilon.")
+    finding = (
+        "Against 1e-5, final excess over the chain's held-out loss (paired, 95 % interval, Holm over "
+        "14 comparisons): "
+        + "; ".join(lines)
+        + f". The learnable gap (unigram entropy - floor) is "
+        f"{gap:.3f} nats. What a large epsilon costs is what the norm was worth, and that depends on "
+        "q: little where the init makes q large, most of the learning where q starts far below "
+        "epsilon."
+    )
     if not costs_all:
         verdict = "undecided"
     elif all(destroyed.values()):
@@ -371,8 +507,15 @@ def too_large() -> Claim:
     else:
         verdict = "qualified"
     facts["destroyed"] = destroyed
-    return Claim("too_large", "eps too large (1e-1 or 1.0): the normalization no longer normalizes -- it's "
-                 "dividing by a constant; expressivity is destroyed", verdict, finding, tuple(effects), facts)
+    return Claim(
+        "too_large",
+        "eps too large (1e-1 or 1.0): the normalization no longer normalizes -- it's "
+        "dividing by a constant; expressivity is destroyed",
+        verdict,
+        finding,
+        tuple(effects),
+        facts,
+    )
 
 
 # --- placements ----------------------------------------------------------------------------------
@@ -388,15 +531,24 @@ def _placement_effects(a: str, b: str, **where) -> tuple[list[Comparison], dict]
         ra = _sel(placement=a, init=init, eps=None if a == "none" else 1e-5, **where)
         rb = _sel(placement=b, init=init, eps=None if b == "none" else 1e-5, **where)
         raw += [compare(ra, rb, m, f"{a}, {init}", f"{b}, {init}") for m in _PLACEMENT_METRICS]
-        facts[init] = {"dead": [sum(r.dead for r in ra), sum(r.dead for r in rb)],
-                       "nonfinite_steps": [sum(r.meta["nonfinite_steps"] for r in ra),
-                                           sum(r.meta["nonfinite_steps"] for r in rb)],
-                       "seeds": min(len(ra), len(rb))}
+        facts[init] = {
+            "dead": [sum(r.dead for r in ra), sum(r.dead for r in rb)],
+            "nonfinite_steps": [
+                sum(r.meta["nonfinite_steps"] for r in ra),
+                sum(r.meta["nonfinite_steps"] for r in rb),
+            ],
+            "seeds": min(len(ra), len(rb)),
+        }
     effects = holm(raw, family=f"{b} against {a}")
     for e in effects:
         init = e.a.split(", ")[1]
-        facts[init][e.metric] = {"diff": e.diff, "ci95": e.ci(), "outcome": e.outcome,
-                                 "mean_a": e.mean_a, "mean_b": e.mean_b}
+        facts[init][e.metric] = {
+            "diff": e.diff,
+            "ci95": e.ci(),
+            "outcome": e.outcome,
+            "mean_a": e.mean_a,
+            "mean_b": e.mean_b,
+        }
     return effects, facts
 
 
@@ -404,7 +556,9 @@ def _who_is_better(effects: list[Comparison]) -> tuple[dict, dict]:
     """Per init: is A better (lower final and mean excess, each by an effect), is B better."""
     a_better, b_better = {}, {}
     for init in INIT_NAMES:
-        loss = [e for e in effects if e.a.endswith(init) and e.metric in ("final_excess", "mean_excess")]
+        loss = [
+            e for e in effects if e.a.endswith(init) and e.metric in ("final_excess", "mean_excess")
+        ]
         a_better[init] = all(e.is_effect and e.diff > 0 for e in loss)
         b_better[init] = all(e.is_effect and e.diff < 0 for e in loss)
     return a_better, b_better
@@ -415,9 +569,15 @@ def _placement_finding(effects, what) -> str:
     for init in INIT_NAMES:
         es = {e.metric: e for e in effects if e.a.endswith(init)}
         f, m, g = es["final_excess"], es["mean_excess"], es["log10_max_grad_norm"]
-        parts.append(f"{init}: final {_text(f, 3)}, mean {_text(m, 3)}, largest gradient norm "
-                     f"x{10 ** g.diff:.2g} ({g.outcome})")
-    return f"{what} (second minus first, paired, Holm over 9 comparisons), per init: " + "; ".join(parts) + "."
+        parts.append(
+            f"{init}: final {_text(f, 3)}, mean {_text(m, 3)}, largest gradient norm "
+            f"x{10**g.diff:.2g} ({g.outcome})"
+        )
+    return (
+        f"{what} (second minus first, paired, Holm over 9 comparisons), per init: "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _stability(facts) -> tuple[bool, bool]:
@@ -445,15 +605,34 @@ def norm_vs_none() -> Claim:
         verdict = "corrected"
     else:
         verdict = "undecided"
-    finding = (_placement_finding(effects, "No norm against pre-norm (1e-5)") + " "
-               + ("The norm makes training faster and better at every init at the recipe's learning rate. "
-                  if faster else "")
-               + ("No run without a norm had a non-finite step or died at the recipe's scale."
-                  if not unstable_none else "Runs without a norm had non-finite steps."))
-    facts.update(norm_better=norm_better, none_better=none_better, unstable_pre=unstable_pre,
-                 unstable_none=unstable_none)
-    return Claim("norm_vs_none", "Layer normalization makes training faster and more stable (against no "
-                 "normalization)", verdict, finding, tuple(effects), facts)
+    finding = (
+        _placement_finding(effects, "No norm against pre-norm (1e-5)")
+        + " "
+        + (
+            "The norm makes training faster and better at every init at the recipe's learning rate. "
+            if faster
+            else ""
+        )
+        + (
+            "No run without a norm had a non-finite step or died at the recipe's scale."
+            if not unstable_none
+            else "Runs without a norm had non-finite steps."
+        )
+    )
+    facts.update(
+        norm_better=norm_better,
+        none_better=none_better,
+        unstable_pre=unstable_pre,
+        unstable_none=unstable_none,
+    )
+    return Claim(
+        "norm_vs_none",
+        "Layer normalization makes training faster and more stable (against no normalization)",
+        verdict,
+        finding,
+        tuple(effects),
+        facts,
+    )
 
 
 def pre_vs_post() -> Claim:
@@ -470,21 +649,43 @@ def pre_vs_post() -> Claim:
         verdict = "undecided"
     else:
         verdict = "qualified"
-    finding = (_placement_finding(effects, "Post-norm against pre-norm (1e-5)") + " "
-               + ("Post-norm is ahead at every init, and no run of either placement had a non-finite step: "
-                  "with two blocks and a warm-up, post-norm's known instability does not appear."
-                  if verdict == "corrected" else ""))
-    facts.update(pre_better=pre_better, post_better=post_better, unstable_pre=unstable_pre,
-                 unstable_post=unstable_post)
-    return Claim("pre_vs_post", "Pre-norm trains faster and more stably than post-norm",
-                 verdict, finding, tuple(effects), facts)
+    finding = (
+        _placement_finding(effects, "Post-norm against pre-norm (1e-5)")
+        + " "
+        + (
+            "Post-norm is ahead at every init, and no run of either placement had a non-finite step: "
+            "with two blocks and a warm-up, post-norm's known instability does not appear."
+            if verdict == "corrected"
+            else ""
+        )
+    )
+    facts.update(
+        pre_better=pre_better,
+        post_better=post_better,
+        unstable_pre=unstable_pre,
+        unstable_post=unstable_post,
+    )
+    return Claim(
+        "pre_vs_post",
+        "Pre-norm trains faster and more stably than post-norm",
+        verdict,
+        finding,
+        tuple(effects),
+        facts,
+    )
 
 
 #: The generality slices' conditions (:mod:`.grid`, ``lr`` and ``scale``): name -> the fields
 #: that select them. The recipe's own runs come first.
-CONDITIONS = {"recipe (2 blocks, lr 3e-3)": {}, "lr 1e-2": {"lr": 1e-2}, "lr 3e-2": {"lr": 3e-2},
-              "8 blocks": {"layers": 8}, "4 blocks": {"layers": 4},
-              "4 blocks of width 128": {"layers": 4, "width": 128}, "no warm-up": {"warmup": 0}}
+CONDITIONS = {
+    "recipe (2 blocks, lr 3e-3)": {},
+    "lr 1e-2": {"lr": 1e-2},
+    "lr 3e-2": {"lr": 3e-2},
+    "8 blocks": {"layers": 8},
+    "4 blocks": {"layers": 4},
+    "4 blocks of width 128": {"layers": 4, "width": 128},
+    "no warm-up": {"warmup": 0},
+}
 
 
 def where_it_holds() -> list[dict]:
@@ -495,18 +696,28 @@ def where_it_holds() -> list[dict]:
     rows, raw = [], []
     for cond, where in CONDITIONS.items():
         try:
-            runs = {p: _sel(placement=p, init="normal", eps=None if p == "none" else 1e-5, **where)
-                    for p in ("pre", "post", "none")}
+            runs = {
+                p: _sel(placement=p, init="normal", eps=None if p == "none" else 1e-5, **where)
+                for p in ("pre", "post", "none")
+            }
         except LookupError:  # a slice not stored (yet): the chapter says which are
             continue
-        row = {"condition": cond, "seeds": min(len(v) for v in runs.values()),
-               "max_grad_norm": {p: float(np.median([np.nanmax(r.grad_norm) for r in rs]))
-                                 for p, rs in runs.items()},
-               "nonfinite_steps": {p: sum(r.meta["nonfinite_steps"] for r in rs) for p, rs in runs.items()},
-               "dead": {p: sum(r.dead for r in rs) for p, rs in runs.items()},
-               "final_excess": {p: _mean([final_excess(r) for r in rs]) for p, rs in runs.items()}}
-        raw += [compare(runs["pre"], runs["none"], "final_excess", f"pre, {cond}", "no norm"),
-                compare(runs["pre"], runs["post"], "final_excess", f"pre, {cond}", "post")]
+        row = {
+            "condition": cond,
+            "seeds": min(len(v) for v in runs.values()),
+            "max_grad_norm": {
+                p: float(np.median([np.nanmax(r.grad_norm) for r in rs])) for p, rs in runs.items()
+            },
+            "nonfinite_steps": {
+                p: sum(r.meta["nonfinite_steps"] for r in rs) for p, rs in runs.items()
+            },
+            "dead": {p: sum(r.dead for r in rs) for p, rs in runs.items()},
+            "final_excess": {p: _mean([final_excess(r) for r in rs]) for p, rs in runs.items()},
+        }
+        raw += [
+            compare(runs["pre"], runs["none"], "final_excess", f"pre, {cond}", "no norm"),
+            compare(runs["pre"], runs["post"], "final_excess", f"pre, {cond}", "post"),
+        ]
         rows.append(row)
     adj = holm(raw, family="where the placements' verdicts hold")
     for i, row in enumerate(rows):
@@ -516,8 +727,9 @@ def where_it_holds() -> list[dict]:
 
 # --- fine-tuning --------------------------------------------------------------------------------
 
+
 def finetune_mismatch() -> Claim:
-    """"Models trained with incompatible eps values and then fine-tuned in different precision
+    """ "Models trained with incompatible eps values and then fine-tuned in different precision
     can exhibit subtle degradation": per pre-trained model (init, eps_a), each swap (another eps
     in float32, or another precision with the same eps) against the control (same eps, float32),
     paired by seed: the held-out loss right after the swap and after the fine-tuning steps (Holm
@@ -530,15 +742,21 @@ def finetune_mismatch() -> Claim:
         for ea in (1e-12, 1e-5):
             ctrl = _sel(init=init, eps=ea, ft_eps=ea, ft_precision="fp32")
             base = _sel(placement="pre", init=init, eps=ea)
-            ft = [r for r in stored.select(init=init, eps=ea, precision="fp32", steps=300,
-                                           ft_steps=ctrl[0].config.ft_steps)
-                  if (r.config.ft_eps, r.config.ft_precision) != (ea, "fp32")]
+            ft = [
+                r
+                for r in stored.select(
+                    init=init, eps=ea, precision="fp32", steps=300, ft_steps=ctrl[0].config.ft_steps
+                )
+                if (r.config.ft_eps, r.config.ft_precision) != (ea, "fp32")
+            ]
             swaps = sorted({(r.config.ft_eps, r.config.ft_precision) for r in ft}, key=str)
             for eb, prec in swaps:
                 rs = _sel(init=init, eps=ea, ft_eps=eb, ft_precision=prec)
                 label, to = f"{init}, trained {_eps(ea)}", f"{_eps(eb)} {prec}"
-                raw += [compare(ctrl, rs, "after_swap", label, to),
-                        compare(ctrl, rs, "after_finetune", label, to)]
+                raw += [
+                    compare(ctrl, rs, "after_swap", label, to),
+                    compare(ctrl, rs, "after_finetune", label, to),
+                ]
                 qmin = min(float(np.nanmin(r.stat("q_min")[-1])) for r in base)
                 qmed = float(np.median([np.nanmedian(r.stat("q_p50")[-1]) for r in base]))
                 # the first norm sees the embeddings: its median q stays far below the others'
@@ -546,27 +764,46 @@ def finetune_mismatch() -> Claim:
                 eb_eff = float(np.float16(eb)) if prec == "fp16_eps16" else eb
                 key = f"{label} -> {to}"
                 keys.append(key)
-                facts[key] = {"q_min_end": qmin, "q_median_end": qmed, "q_first_norm_median_end": q1,
-                              "predicted_change_at_first_norm": float(predicted_relative_change(q1, ea, eb_eff)),
-                              "predicted_change_at_q_min": float(predicted_relative_change(qmin, ea, eb_eff)),
-                              "predicted_change_at_median_q": float(predicted_relative_change(qmed, ea, eb_eff))}
+                facts[key] = {
+                    "q_min_end": qmin,
+                    "q_median_end": qmed,
+                    "q_first_norm_median_end": q1,
+                    "predicted_change_at_first_norm": float(
+                        predicted_relative_change(q1, ea, eb_eff)
+                    ),
+                    "predicted_change_at_q_min": float(predicted_relative_change(qmin, ea, eb_eff)),
+                    "predicted_change_at_median_q": float(
+                        predicted_relative_change(qmed, ea, eb_eff)
+                    ),
+                }
     effects = holm(raw, family="fine-tuning swaps against their controls")
     for i, key in enumerate(keys):
         e0, e1 = effects[2 * i], effects[2 * i + 1]
-        facts[key].update({"after_swap": e0.diff, "after_swap_ci": e0.ci(), "after_swap_outcome": e0.outcome,
-                           "after_finetune": e1.diff, "after_finetune_ci": e1.ci(),
-                           "after_finetune_outcome": e1.outcome, "seeds": e0.n})
-    counts = {o: sum(e.outcome == o for e in effects) for o in ("effect", "equivalent", "undecided")}
+        facts[key].update({
+            "after_swap": e0.diff,
+            "after_swap_ci": e0.ci(),
+            "after_swap_outcome": e0.outcome,
+            "after_finetune": e1.diff,
+            "after_finetune_ci": e1.ci(),
+            "after_finetune_outcome": e1.outcome,
+            "seeds": e0.n,
+        })
+    counts = {
+        o: sum(e.outcome == o for e in effects) for o in ("effect", "equivalent", "undecided")
+    }
     hit = sorted({f"{e.a} -> {e.b} ({e.metric})" for e in effects if e.is_effect})
-    finding = (f"{len(keys)} swaps, each against its control (same model, same epsilon, float32), paired by "
-               f"seed, the held-out loss right after the swap and after fine-tuning; Holm over the "
-               f"{len(effects)} differences: {counts['effect']} effects, {counts['equivalent']} equivalent "
-               f"within the margin, {counts['undecided']} undecided. Effects: "
-               + ("; ".join(hit) if hit else "none") + ". The norm's output changes by "
-               "|sqrt((q+a)/(q+b)) - 1| (lneps.book.eps_swap): at the trained models' median q that is at most "
-               f"{max(v['predicted_change_at_median_q'] for k, v in facts.items() if '0.001' not in k):.1g} "
-               "for the swaps between 1e-12 and 1e-5 and "
-               f"{max(v['predicted_change_at_median_q'] for k, v in facts.items() if '0.001' in k):.1g} for 1e-3.")
+    finding = (
+        f"{len(keys)} swaps, each against its control (same model, same epsilon, float32), paired by "
+        f"seed, the held-out loss right after the swap and after fine-tuning; Holm over the "
+        f"{len(effects)} differences: {counts['effect']} effects, {counts['equivalent']} equivalent "
+        f"within the margin, {counts['undecided']} undecided. Effects: "
+        + ("; ".join(hit) if hit else "none")
+        + ". The norm's output changes by "
+        "|sqrt((q+a)/(q+b)) - 1| (lneps.book.eps_swap): at the trained models' median q that is at most "
+        f"{max(v['predicted_change_at_median_q'] for k, v in facts.items() if '0.001' not in k):.1g} "
+        "for the swaps between 1e-12 and 1e-5 and "
+        f"{max(v['predicted_change_at_median_q'] for k, v in facts.items() if '0.001' in k):.1g} for 1e-3."
+    )
     facts["counts"] = counts
     only_big = all(e.b.startswith("0.001") for e in effects if e.is_effect)
     if counts["effect"] and only_big:
@@ -577,14 +814,22 @@ def finetune_mismatch() -> Claim:
         verdict = "corrected"  # every swap equivalent to its control within the margin
     else:
         verdict = "undecided"
-    return Claim("finetune_mismatch", "Models trained with incompatible eps values and then fine-tuned in "
-                 "different precision can exhibit subtle degradation", verdict, finding, tuple(effects), facts)
+    return Claim(
+        "finetune_mismatch",
+        "Models trained with incompatible eps values and then fine-tuned in "
+        "different precision can exhibit subtle degradation",
+        verdict,
+        finding,
+        tuple(effects),
+        facts,
+    )
 
 
 # --- the norm in float32 ------------------------------------------------------------------------
 
+
 def norm_in_float32() -> Claim:
-    """"Cast the normalization computation to float32 temporarily ... This is exactly what
+    """ "Cast the normalization computation to float32 temporarily ... This is exactly what
     PyTorch's built-in LayerNorm does internally ... critical to correctness": what torch 2.13's
     CPU kernels and CPU autocast do (measured, stored in the manifest), and whether the norm's
     input and output format matters to training: (c) the norm's input and output rounded to
@@ -594,20 +839,41 @@ def norm_in_float32() -> Claim:
     a = _sel(placement="pre", init="normal", eps=1e-5)
     b = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm32", steps=150)
     c = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm16", steps=150)
-    effects = tuple(holm([compare(b, c, "excess_at_150", "(b) bfloat16, norm in float32",
-                                  "(c) norm's input and output in bfloat16"),
-                          compare(a, b, "excess_at_150", "(a) float32", "(b) bfloat16, norm in float32")],
-                         family="the norm's format"))
+    effects = tuple(
+        holm(
+            [
+                compare(
+                    b,
+                    c,
+                    "excess_at_150",
+                    "(b) bfloat16, norm in float32",
+                    "(c) norm's input and output in bfloat16",
+                ),
+                compare(a, b, "excess_at_150", "(a) float32", "(b) bfloat16, norm in float32"),
+            ],
+            family="the norm's format",
+        )
+    )
     auto = stored.manifest()["autocast"]
     dt = auto["output_dtype"]
     kernels = auto["low_precision_kernels"]
-    internal32 = all(v["layer_norm_rows_near_300_finite"]
-                     and abs(v["layer_norm_rows_of_1e-4_eps0_variance"] - 1) < 0.01 for v in kernels.values())
-    cpu_autocast_keeps = (dt["autocast bfloat16, input bfloat16"]["layer_norm"] == "bfloat16"
-                          and dt["autocast bfloat16, input float32"]["layer_norm"] == "float32")
-    facts = {"kernels_accumulate_in_float32": internal32, "cpu_autocast_keeps_input_type": cpu_autocast_keeps,
-             "autocast_output_dtype": dt, "torch": stored.manifest()["provenance"]["torch"],
-             "outcomes": [e.outcome for e in effects], "seeds": effects[0].n}
+    internal32 = all(
+        v["layer_norm_rows_near_300_finite"]
+        and abs(v["layer_norm_rows_of_1e-4_eps0_variance"] - 1) < 0.01
+        for v in kernels.values()
+    )
+    cpu_autocast_keeps = (
+        dt["autocast bfloat16, input bfloat16"]["layer_norm"] == "bfloat16"
+        and dt["autocast bfloat16, input float32"]["layer_norm"] == "float32"
+    )
+    facts = {
+        "kernels_accumulate_in_float32": internal32,
+        "cpu_autocast_keeps_input_type": cpu_autocast_keeps,
+        "autocast_output_dtype": dt,
+        "torch": stored.manifest()["provenance"]["torch"],
+        "outcomes": [e.outcome for e in effects],
+        "seeds": effects[0].n,
+    }
     equivalent = all(e.is_equivalent for e in effects)
     finding = (
         f"torch {facts['torch']}'s CPU layer_norm and rms_norm on bfloat16 or float16 input "
@@ -617,15 +883,23 @@ def norm_in_float32() -> Claim:
         f"{'leaves layer_norm in its input type' if cpu_autocast_keeps else 'changes layer_norm'}. In training "
         f"(held-out loss after 150 steps, paired): (c) against (b) {_text(effects[0])}; (b) against (a) "
         f"{_text(effects[1])}. A norm whose variance is computed in a half format, as a hand-written kernel "
-        f"may do, was not run.")
+        f"may do, was not run."
+    )
     if not internal32:
         verdict = "true"
     elif equivalent:
         verdict = "qualified"
     else:
         verdict = "undecided"
-    return Claim("norm_in_float32", "Cast the normalization computation to float32 ... exactly what PyTorch's "
-                 "built-in LayerNorm does internally ... critical to correctness", verdict, finding, effects, facts)
+    return Claim(
+        "norm_in_float32",
+        "Cast the normalization computation to float32 ... exactly what PyTorch's "
+        "built-in LayerNorm does internally ... critical to correctness",
+        verdict,
+        finding,
+        effects,
+        facts,
+    )
 
 
 # --- the rule in q, and the guide's table ------------------------------------------------------
@@ -637,10 +911,16 @@ EPS_CONDITIONS = (
     ("LayerNorm, init normal", {"norm": "LayerNorm", "init": "normal"}, (1e-6, 1e-5, 1e-3)),
     ("RMSNorm, init normal", {"norm": "RMSNorm", "init": "normal"}, (1e-6, 1e-5, 1e-3)),
     ("LayerNorm, init small", {"norm": "LayerNorm", "init": "small"}, (1e-8, 1e-6, 1e-5)),
-    ("LayerNorm, init small, 900 steps", {"norm": "LayerNorm", "init": "small", "steps": 900},
-     (1e-8, 1e-6, 1e-5)),
-    ("LayerNorm, init small, 4 blocks of width 128",
-     {"norm": "LayerNorm", "init": "small", "layers": 4, "width": 128}, (1e-8, 1e-6, 1e-5)),
+    (
+        "LayerNorm, init small, 900 steps",
+        {"norm": "LayerNorm", "init": "small", "steps": 900},
+        (1e-8, 1e-6, 1e-5),
+    ),
+    (
+        "LayerNorm, init small, 4 blocks of width 128",
+        {"norm": "LayerNorm", "init": "small", "layers": 4, "width": 128},
+        (1e-8, 1e-6, 1e-5),
+    ),
 )
 
 
@@ -687,11 +967,13 @@ def new_model_eps() -> dict:
     table = eps_against_zero()
     safe = [e for e in EPS_SWEEP if e > 0 and all(table[n][e].is_equivalent for n in table)]
     worst = max(cost, key=lambda r: r["q0_over_eps"]) if cost else None
-    return {"equivalent_from_q0_over_eps": min((r["q0_over_eps"] for r in equiv), default=None),
-            "costs_up_to_q0_over_eps": worst["q0_over_eps"] if worst else None,
-            "cost_at_that_ratio": worst["comparison"] if worst else None,
-            "largest_eps_equivalent_everywhere": max(safe) if safe else None,
-            "rows": rows}
+    return {
+        "equivalent_from_q0_over_eps": min((r["q0_over_eps"] for r in equiv), default=None),
+        "costs_up_to_q0_over_eps": worst["q0_over_eps"] if worst else None,
+        "cost_at_that_ratio": worst["comparison"] if worst else None,
+        "largest_eps_equivalent_everywhere": max(safe) if safe else None,
+        "rows": rows,
+    }
 
 
 def guide_table(rows=(0.0, 1e-12, 1e-6, 1e-5, 1e-3, 1e-1)) -> dict:
@@ -700,12 +982,26 @@ def guide_table(rows=(0.0, 1e-12, 1e-6, 1e-5, 1e-3, 1e-1)) -> dict:
     comparison against epsilon = 0 (:func:`eps_against_zero`), keyed ``(family, eps)``."""
     table = eps_table()
     cmp_ = eps_against_zero()
-    return {(n, e): {"mean": _mean(table[n][e]), "seeds": len(table[n][e]),
-                     "against_0": None if e == 0 else cmp_[n][e]}
-            for n in SWEEP_FAMILIES for e in rows}
+    return {
+        (n, e): {
+            "mean": _mean(table[n][e]),
+            "seeds": len(table[n][e]),
+            "against_0": None if e == 0 else cmp_[n][e],
+        }
+        for n in SWEEP_FAMILIES
+        for e in rows
+    }
 
 
 def all_claims() -> list[Claim]:
     """Every claim, in the order of the note."""
-    return [sigma_zero(), fp16_tiny_eps(), sweet_spot(), too_large(), norm_in_float32(), norm_vs_none(),
-            pre_vs_post(), finetune_mismatch()]
+    return [
+        sigma_zero(),
+        fp16_tiny_eps(),
+        sweet_spot(),
+        too_large(),
+        norm_in_float32(),
+        norm_vs_none(),
+        pre_vs_post(),
+        finetune_mismatch(),
+    ]

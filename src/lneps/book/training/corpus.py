@@ -26,8 +26,20 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Chain", "CHAIN", "transitions", "stationary", "entropy_rate", "unigram_entropy",
-           "first_step_entropy", "loss_floor", "held_out_loss", "generate", "digest", "describe"]
+__all__ = [
+    "Chain",
+    "CHAIN",
+    "transitions",
+    "stationary",
+    "entropy_rate",
+    "unigram_entropy",
+    "first_step_entropy",
+    "loss_floor",
+    "held_out_loss",
+    "generate",
+    "digest",
+    "describe",
+]
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ def _state_matrix(p: np.ndarray) -> np.ndarray:
     big = np.zeros((v * v, v * v))
     for a in range(v):
         for b in range(v):
-            big[a * v + b, b * v: (b + 1) * v] = p[a, b]
+            big[a * v + b, b * v : (b + 1) * v] = p[a, b]
     return big
 
 
@@ -174,7 +186,7 @@ def generate(chain: Chain = CHAIN) -> np.ndarray:
     cdf = np.cumsum(p, axis=-1).reshape(-1, v)
     cdf[:, -1] = 1.0
     rows = [list(r) for r in cdf]  # bisect_right on a list == np.searchsorted(side="right")
-    state = min(int(np.searchsorted(np.cumsum(pi), u[0], side="right")), v ** k - 1)
+    state = min(int(np.searchsorted(np.cumsum(pi), u[0], side="right")), v**k - 1)
     out = list(divmod(state, v)) if k == 2 else [state]
     mod = v ** (k - 1)
     for x in u[k:].tolist():
@@ -191,7 +203,11 @@ def digest(stream: np.ndarray) -> str:
 
 def describe(chain: Chain = CHAIN, context: int = 64) -> dict:
     """The generator's parameters with its exact entropies, as stored in corpus.json."""
-    return {**chain.as_dict(), "entropy_rate_nats": entropy_rate(chain),
-            "first_step_entropy_nats": first_step_entropy(chain),
-            "unigram_entropy_nats": unigram_entropy(chain),
-            "context": context, "loss_floor_nats": loss_floor(context, chain)}
+    return {
+        **chain.as_dict(),
+        "entropy_rate_nats": entropy_rate(chain),
+        "first_step_entropy_nats": first_step_entropy(chain),
+        "unigram_entropy_nats": unigram_entropy(chain),
+        "context": context,
+        "loss_floor_nats": loss_floor(context, chain),
+    }

@@ -45,18 +45,41 @@ import numpy as np
 from . import spread as SP
 from . import stored
 
-__all__ = ["ALPHA", "MARGINS", "OUTCOMES", "METRICS", "SPREAD_METRIC", "final_excess",
-           "mean_excess", "excess_at", "after_swap", "after_finetune", "log10_max_grad_norm",
-           "t_quantile", "t_two_sided_p", "Comparison", "paired", "compare", "holm",
-           "arithmetic_floor", "machine_spread"]
+__all__ = [
+    "ALPHA",
+    "MARGINS",
+    "OUTCOMES",
+    "METRICS",
+    "SPREAD_METRIC",
+    "final_excess",
+    "mean_excess",
+    "excess_at",
+    "after_swap",
+    "after_finetune",
+    "log10_max_grad_norm",
+    "t_quantile",
+    "t_two_sided_p",
+    "Comparison",
+    "paired",
+    "compare",
+    "holm",
+    "arithmetic_floor",
+    "machine_spread",
+]
 
 ALPHA = 0.05
 OUTCOMES = ("effect", "equivalent", "undecided")
 _NATS = 0.002
 #: The equivalence margin per metric, fixed in advance (see the module's docstring).
-MARGINS = {"final_excess": _NATS, "mean_excess": _NATS, "excess_at_50": _NATS,
-           "excess_at_150": _NATS, "after_swap": _NATS, "after_finetune": _NATS,
-           "log10_max_grad_norm": 0.1}
+MARGINS = {
+    "final_excess": _NATS,
+    "mean_excess": _NATS,
+    "excess_at_50": _NATS,
+    "excess_at_150": _NATS,
+    "after_swap": _NATS,
+    "after_finetune": _NATS,
+    "log10_max_grad_norm": 0.1,
+}
 
 
 def _floor() -> float:
@@ -78,10 +101,12 @@ def mean_excess(run: stored.Run) -> float:
 @functools.cache
 def excess_at(step: int):
     """The metric: held-out loss after ``step`` steps minus the floor (+inf if dead)."""
+
     def metric(run: stored.Run) -> float:
         if run.dead:
             return math.inf
         return run.eval_at(step) - _floor()
+
     metric.__name__ = f"excess_at_{step}"
     return metric
 
@@ -102,20 +127,31 @@ def log10_max_grad_norm(run: stored.Run) -> float:
     return float(np.log10(g.max())) if len(g) else math.nan
 
 
-METRICS = {"final_excess": final_excess, "mean_excess": mean_excess,
-           "excess_at_50": excess_at(50), "excess_at_150": excess_at(150),
-           "after_swap": after_swap, "after_finetune": after_finetune,
-           "log10_max_grad_norm": log10_max_grad_norm}
+METRICS = {
+    "final_excess": final_excess,
+    "mean_excess": mean_excess,
+    "excess_at_50": excess_at(50),
+    "excess_at_150": excess_at(150),
+    "after_swap": after_swap,
+    "after_finetune": after_finetune,
+    "log10_max_grad_norm": log10_max_grad_norm,
+}
 
 #: Which metric's arithmetic floor bounds a metric: fine-tuning metrics are held-out losses of
 #: trained models, bounded by the floor of the trained runs' held-out loss.
-SPREAD_METRIC = {"final_excess": "final_excess", "mean_excess": "mean_excess",
-                 "excess_at_50": "excess_at_50", "excess_at_150": "excess_at_150",
-                 "after_swap": "final_excess", "after_finetune": "final_excess",
-                 "log10_max_grad_norm": "log10_max_grad_norm"}
+SPREAD_METRIC = {
+    "final_excess": "final_excess",
+    "mean_excess": "mean_excess",
+    "excess_at_50": "excess_at_50",
+    "excess_at_150": "excess_at_150",
+    "after_swap": "final_excess",
+    "after_finetune": "final_excess",
+    "log10_max_grad_norm": "log10_max_grad_norm",
+}
 
 
 # --- Student's t, from the regularized incomplete beta function (mpmath, 30 digits) -----------
+
 
 @functools.cache
 def t_two_sided_p(t: float, df: int) -> float:
@@ -166,6 +202,7 @@ def _one_sided_p(t: float, df: int) -> float:
 
 
 # --- the comparison --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -295,19 +332,42 @@ class Comparison:
 
     def as_dict(self) -> dict:
         lo, hi = self.ci()
-        return {"metric": self.metric, "a": self.a, "b": self.b, "n": self.n, "diff": self.diff,
-                "ci95": [lo, hi], "p": self.p, "p_tost": self.p_tost, "p_adjust": self.p_adjust,
-                "p_tost_adjust": self.p_tost_adjust, "margin": self.margin,
-                "floor": self.floor, "outcome": self.outcome, "family": self.family}
+        return {
+            "metric": self.metric,
+            "a": self.a,
+            "b": self.b,
+            "n": self.n,
+            "diff": self.diff,
+            "ci95": [lo, hi],
+            "p": self.p,
+            "p_tost": self.p_tost,
+            "p_adjust": self.p_adjust,
+            "p_tost_adjust": self.p_tost_adjust,
+            "margin": self.margin,
+            "floor": self.floor,
+            "outcome": self.outcome,
+            "family": self.family,
+        }
 
     def __str__(self) -> str:
         lo, hi = self.ci()
-        return (f"{self.metric}: {self.b} - {self.a} = {self.diff:+.4g} "
-                f"[{lo:+.4g}, {hi:+.4g}], {self.n} seeds: {self.outcome}")
+        return (
+            f"{self.metric}: {self.b} - {self.a} = {self.diff:+.4g} "
+            f"[{lo:+.4g}, {hi:+.4g}], {self.n} seeds: {self.outcome}"
+        )
 
 
-def paired(values_a, values_b, *, metric: str = "final_excess", margin: float | None = None,
-           floor: float = 0.0, a: str = "A", b: str = "B", seeds=None) -> Comparison:
+def paired(
+    values_a,
+    values_b,
+    *,
+    metric: str = "final_excess",
+    margin: float | None = None,
+    floor: float = 0.0,
+    a: str = "A",
+    b: str = "B",
+    seeds=None,
+) -> Comparison:
     """A :class:`Comparison` from per-seed values (same order: seed i of A with seed i of B).
 
     >>> c = paired([1.0, 2.0, 3.0, 4.0], [1.1, 2.1, 3.2, 4.0], margin=0.5)
@@ -348,8 +408,10 @@ def holm(comparisons, family: str = "") -> list:
 
     pa = adjust([c.p for c in cs])
     pt = adjust([c.p_tost for c in cs])
-    return [replace(c, p_adjust=x, p_tost_adjust=y, family=family or c.family)
-            for c, x, y in zip(cs, pa, pt)]
+    return [
+        replace(c, p_adjust=x, p_tost_adjust=y, family=family or c.family)
+        for c, x, y in zip(cs, pa, pt)
+    ]
 
 
 @functools.cache
@@ -375,9 +437,16 @@ def arithmetic_floor(metric_name: str, data_dir=stored.DATA_DIR) -> float:
 machine_spread = arithmetic_floor
 
 
-def compare(runs_a: list[stored.Run], runs_b: list[stored.Run], metric: str,
-            label_a: str = "A", label_b: str = "B", paired_by_seed: bool = True,
-            data_dir=stored.DATA_DIR, **_ignored) -> Comparison:
+def compare(
+    runs_a: list[stored.Run],
+    runs_b: list[stored.Run],
+    metric: str,
+    label_a: str = "A",
+    label_b: str = "B",
+    paired_by_seed: bool = True,
+    data_dir=stored.DATA_DIR,
+    **_ignored,
+) -> Comparison:
     """The :class:`Comparison` of configuration B against A (their runs) on ``metric`` (a key of
     :data:`METRICS`), paired by seed over the seeds both have."""
     if not runs_a or not runs_b:
@@ -390,5 +459,12 @@ def compare(runs_a: list[stored.Run], runs_b: list[stored.Run], metric: str,
     seeds = sorted(set(by_a) & set(by_b))
     if not seeds:
         raise ValueError("the two configurations share no seed")
-    return paired([f(by_a[s]) for s in seeds], [f(by_b[s]) for s in seeds], metric=metric,
-                  floor=arithmetic_floor(metric, data_dir), a=label_a, b=label_b, seeds=seeds)
+    return paired(
+        [f(by_a[s]) for s in seeds],
+        [f(by_b[s]) for s in seeds],
+        metric=metric,
+        floor=arithmetic_floor(metric, data_dir),
+        a=label_a,
+        b=label_b,
+        seeds=seeds,
+    )

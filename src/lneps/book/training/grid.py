@@ -61,8 +61,23 @@ from dataclasses import replace
 from .config import RunConfig, run_id
 from .recipe import FINETUNE
 
-__all__ = ["SEEDS", "FIRST_SEEDS", "MORE_SEEDS", "FIRST_SLICES", "TEN_SEEDS", "FEW_SEEDS", "LRS", "EPS_SWEEP", "INIT_NAMES", "SLICES", "configs", "all_configs", "jobs",
-           "SPREAD_CONFIGS", "RERUN_CONFIGS"]
+__all__ = [
+    "SEEDS",
+    "FIRST_SEEDS",
+    "MORE_SEEDS",
+    "FIRST_SLICES",
+    "TEN_SEEDS",
+    "FEW_SEEDS",
+    "LRS",
+    "EPS_SWEEP",
+    "INIT_NAMES",
+    "SLICES",
+    "configs",
+    "all_configs",
+    "jobs",
+    "SPREAD_CONFIGS",
+    "RERUN_CONFIGS",
+]
 
 #: The first grid's seeds: every configuration of its five slices (:data:`FIRST_SLICES`).
 SEEDS = FIRST_SEEDS = (0, 1, 2)
@@ -87,7 +102,12 @@ def _eps_sweep():
 
 
 def _placement():
-    cs = [RunConfig(placement=p, init=i, eps=e) for p in ("post", "sandwich") for i in INIT_NAMES for e in (0.0, 1e-5)]
+    cs = [
+        RunConfig(placement=p, init=i, eps=e)
+        for p in ("post", "sandwich")
+        for i in INIT_NAMES
+        for e in (0.0, 1e-5)
+    ]
     cs += [RunConfig(placement="sandwich", init="zero_resid", eps=1e-12)]
     cs += [RunConfig(placement="pre", init="zero_resid", eps=e) for e in (0.0, 1e-5)]
     return _seeded(cs)
@@ -99,8 +119,11 @@ def _no_norm():
 
 def _precision():
     n = PRECISION_STEPS
-    cs = [RunConfig(placement=p, init=i, eps=1e-12, precision=m, steps=n)
-          for p, i in (("pre", "normal"), ("sandwich", "zero_resid")) for m in ("fp16_norm32", "fp16_eps16")]
+    cs = [
+        RunConfig(placement=p, init=i, eps=1e-12, precision=m, steps=n)
+        for p, i in (("pre", "normal"), ("sandwich", "zero_resid"))
+        for m in ("fp16_norm32", "fp16_eps16")
+    ]
     cs += [RunConfig(eps=1e-5, precision=m, steps=n) for m in ("bf16_norm32", "bf16_norm16")]
     cs += [RunConfig(eps=1e-5, precision="fp16_pure", steps=n)]
     return _seeded(cs)
@@ -112,15 +135,24 @@ def _finetune():
     for init in ("normal", "small"):
         for ea, other in ((1e-12, 1e-5), (1e-5, 1e-12)):
             base = RunConfig(init=init, eps=ea)
-            out += [replace(base, ft_eps=eb, ft_precision="fp32", ft_steps=k) for eb in (ea, other, 1e-3)]
+            out += [
+                replace(base, ft_eps=eb, ft_precision="fp32", ft_steps=k)
+                for eb in (ea, other, 1e-3)
+            ]
             if init == "normal":
-                out += [replace(base, ft_eps=ea, ft_precision=m, ft_steps=k) for m in ("bf16_norm16", "fp16_eps16")]
+                out += [
+                    replace(base, ft_eps=ea, ft_precision=m, ft_steps=k)
+                    for m in ("bf16_norm16", "fp16_eps16")
+                ]
     return _seeded(out)
 
 
 def _placements(**kw):
-    return [RunConfig(eps=1e-5, **kw), RunConfig(placement="post", eps=1e-5, **kw),
-            RunConfig(placement="none", eps=None, **kw)]
+    return [
+        RunConfig(eps=1e-5, **kw),
+        RunConfig(placement="post", eps=1e-5, **kw),
+        RunConfig(placement="none", eps=None, **kw),
+    ]
 
 
 def _few(cs):
@@ -160,9 +192,16 @@ def _ten_seeds():
     return out
 
 
-SLICES = {"eps_sweep": _eps_sweep, "placement": _placement, "no_norm": _no_norm,
-          "precision": _precision, "finetune": _finetune, "ten_seeds": _ten_seeds, "lr": _lr,
-          "scale": _scale}
+SLICES = {
+    "eps_sweep": _eps_sweep,
+    "placement": _placement,
+    "no_norm": _no_norm,
+    "precision": _precision,
+    "finetune": _finetune,
+    "ten_seeds": _ten_seeds,
+    "lr": _lr,
+    "scale": _scale,
+}
 
 
 def configs(slice_name: str) -> list[RunConfig]:

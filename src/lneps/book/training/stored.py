@@ -27,8 +27,22 @@ from .config import RunConfig, from_dict, run_id
 from .record import EVERY, FULL_STEPS, STATS, record_steps
 from .recipe import eval_steps
 
-__all__ = ["DATA_DIR", "Run", "manifest", "runs", "select", "one", "corpus", "corpus_meta",
-           "spread_manifest", "spread_arrays", "floor", "held_out_floor", "probe", "probe_summary"]
+__all__ = [
+    "DATA_DIR",
+    "Run",
+    "manifest",
+    "runs",
+    "select",
+    "one",
+    "corpus",
+    "corpus_meta",
+    "spread_manifest",
+    "spread_arrays",
+    "floor",
+    "held_out_floor",
+    "probe",
+    "probe_summary",
+]
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "training"
 
@@ -73,6 +87,7 @@ def held_out_floor(data_dir: Path = DATA_DIR) -> float:
     lowest held-out loss any model can reach there, and what the lab's excess is measured over.
     It lies above :func:`floor` (the entropy rate) by the windows' sampling."""
     from .corpus import held_out_loss
+
     return held_out_loss(corpus(data_dir), context=corpus_meta(data_dir)["context"])
 
 
@@ -91,8 +106,9 @@ def probe_summary(data_dir: Path = DATA_DIR) -> list[dict]:
     groups: dict[str, list] = {}
     for r in d["lab"]:
         c = r["config"]
-        size = (f", {c['layers']} blocks" if "layers" in c else "") + (f" of width {c['width']}" if "width" in c
-                                                                        else "")
+        size = (f", {c['layers']} blocks" if "layers" in c else "") + (
+            f" of width {c['width']}" if "width" in c else ""
+        )
         label = f"{c['norm']}, {c['placement']}-norm, init {c['init']}{size}"
         groups.setdefault(label, []).append((c["eps"], r["sites"]))
     m = d["minilm"]
@@ -100,10 +116,15 @@ def probe_summary(data_dir: Path = DATA_DIR) -> list[dict]:
     rows = []
     for label, items in groups.items():
         sites = [s for _, ss in items for s in ss.values()]
-        rows.append({"model": label, "eps": items[0][0],
-                     "q_min": min(s["q_min"] for s in sites),
-                     "q_median": float(np.median([s["q_median"] for s in sites])),
-                     "share_acts": {f: max(s["share_acts"][f] for s in sites) for f in sites[0]["share_acts"]}})
+        rows.append({
+            "model": label,
+            "eps": items[0][0],
+            "q_min": min(s["q_min"] for s in sites),
+            "q_median": float(np.median([s["q_median"] for s in sites])),
+            "share_acts": {
+                f: max(s["share_acts"][f] for s in sites) for f in sites[0]["share_acts"]
+            },
+        })
     return rows
 
 
@@ -179,8 +200,17 @@ def runs(data_dir: Path = DATA_DIR) -> dict[str, Run]:
     for rid, entry in m["runs"].items():
         cfg = from_dict(entry["config"])
         assert run_id(cfg) == rid, (rid, run_id(cfg))
-        out[rid] = Run(rid, cfg, tuple(entry["sites"]), entry, a[f"{rid}:loss"], a[f"{rid}:grad_norm"],
-                       a[f"{rid}:eval_loss"], a[f"{rid}:q"].astype(np.float64), a.get(f"{rid}:scale"))
+        out[rid] = Run(
+            rid,
+            cfg,
+            tuple(entry["sites"]),
+            entry,
+            a[f"{rid}:loss"],
+            a[f"{rid}:grad_norm"],
+            a[f"{rid}:eval_loss"],
+            a[f"{rid}:q"].astype(np.float64),
+            a.get(f"{rid}:scale"),
+        )
     return out
 
 
@@ -200,7 +230,11 @@ def select(data_dir: Path = DATA_DIR, **where) -> list[Run]:
     # the recipe's learning rate, size and warm-up unless asked: the generality slices' runs are
     # selected by naming what they change
     where = {**{k: None for k in _RECIPE_FIELDS}, **where}
-    hits = [r for r in runs(data_dir).values() if all(getattr(r.config, k) == v for k, v in where.items())]
+    hits = [
+        r
+        for r in runs(data_dir).values()
+        if all(getattr(r.config, k) == v for k, v in where.items())
+    ]
     return sorted(hits, key=lambda r: (r.config.seed, r.id))
 
 

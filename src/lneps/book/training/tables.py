@@ -15,10 +15,29 @@ from . import effects as E
 from . import spread as SP
 from . import stored
 
-__all__ = ["signed", "interval", "eps_text", "ratio_text", "comparison_markdown", "grid_table",
-           "where_text", "scope_text", "markdown_table", "comparison_cells", "sweep_table",
-           "verdict_rows", "verdict_table", "where_table", "rule_table", "probe_table",
-           "floor_table", "autocast_table", "GUIDE_COLUMNS", "GUIDE_ROWS", "guide_training"]
+__all__ = [
+    "signed",
+    "interval",
+    "eps_text",
+    "ratio_text",
+    "comparison_markdown",
+    "grid_table",
+    "where_text",
+    "scope_text",
+    "markdown_table",
+    "comparison_cells",
+    "sweep_table",
+    "verdict_rows",
+    "verdict_table",
+    "where_table",
+    "rule_table",
+    "probe_table",
+    "floor_table",
+    "autocast_table",
+    "GUIDE_COLUMNS",
+    "GUIDE_ROWS",
+    "guide_training",
+]
 
 
 def signed(x: float, digits: int = 4) -> str:
@@ -68,12 +87,20 @@ def comparison_markdown(c: E.Comparison):
     then the mean, its interval and the outcome (an IPython ``Markdown`` object)."""
     from IPython.display import Markdown
 
-    rows = [[str(s), f"{a:.4f}", f"{b:.4f}", signed(b - a)]
-            for s, a, b in zip(c.seeds, c.values_a, c.values_b)]
+    rows = [
+        [str(s), f"{a:.4f}", f"{b:.4f}", signed(b - a)]
+        for s, a, b in zip(c.seeds, c.values_a, c.values_b)
+    ]
     rows.append(["mean, 95 % interval", f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", interval(c)])
     rows.append(["outcome", "", "", c.outcome])
-    return Markdown(markdown_table(f"{c.b} against {c.a}: final excess per seed (nats)",
-                                  "tbl-training-one-comparison", ["seed", "A", "B", "B − A"], rows))
+    return Markdown(
+        markdown_table(
+            f"{c.b} against {c.a}: final excess per seed (nats)",
+            "tbl-training-one-comparison",
+            ["seed", "A", "B", "B − A"],
+            rows,
+        )
+    )
 
 
 def grid_table() -> tuple[list, list]:
@@ -94,7 +121,9 @@ def grid_table() -> tuple[list, list]:
         if not per:
             continue
         counts = sorted({len(v) for v in per.values()})
-        seeds = "–".join(str(n) for n in (counts[0], counts[-1])) if len(counts) > 1 else str(counts[0])
+        seeds = (
+            "–".join(str(n) for n in (counts[0], counts[-1])) if len(counts) > 1 else str(counts[0])
+        )
         label = "ten seeds (seeds 3–9 added)" if name == "ten_seeds" else name.replace("_", " ")
         rows.append([label, str(len(per)), seeds, str(sum(len(v) for v in per.values()))])
     return header, rows
@@ -106,16 +135,28 @@ def where_text(rows: list[dict]) -> str:
     parts = []
     for r in rows[1:]:
         c, g = r["none_minus_pre"], r["max_grad_norm"]
-        parts.append(f"{r['condition']}: no norm {interval(c, 3)} nats ({c.outcome}), largest gradient "
-                     f"norm {g['none']:.2g} without a norm against {g['pre']:.2g} with it")
+        parts.append(
+            f"{r['condition']}: no norm {interval(c, 3)} nats ({c.outcome}), largest gradient "
+            f"norm {g['none']:.2g} without a norm against {g['pre']:.2g} with it"
+        )
     return ("; ".join(parts) + ".") if parts else ""
 
 
 def scope_text(rows: list[dict]) -> str:
     """Where post-norm was ahead of pre-norm by an effect, and where the comparison was not."""
-    ahead = [r["condition"] for r in rows if r["post_minus_pre"].is_effect and r["post_minus_pre"].diff < 0]
-    other = [f"{r['condition']} ({r['post_minus_pre'].outcome})" for r in rows if r["condition"] not in ahead]
-    text = "post-norm ahead at " + ", ".join(ahead) if ahead else "post-norm never ahead by an effect"
+    ahead = [
+        r["condition"]
+        for r in rows
+        if r["post_minus_pre"].is_effect and r["post_minus_pre"].diff < 0
+    ]
+    other = [
+        f"{r['condition']} ({r['post_minus_pre'].outcome})"
+        for r in rows
+        if r["condition"] not in ahead
+    ]
+    text = (
+        "post-norm ahead at " + ", ".join(ahead) if ahead else "post-norm never ahead by an effect"
+    )
     return text + ("; not at " + ", ".join(other) if other else "")
 
 
@@ -144,8 +185,11 @@ def sweep_table(rows=(0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-1, 1.0)) -> tuple[l
         for n in fams:
             v = g[n, e]
             c = v["against_0"]
-            cells.append(f"excess {v['mean']:.4f} ({v['seeds']} seeds)" if c is None
-                         else f"{interval(c)}, {c.outcome} ({c.n})")
+            cells.append(
+                f"excess {v['mean']:.4f} ({v['seeds']} seeds)"
+                if c is None
+                else f"{interval(c)}, {c.outcome} ({c.n})"
+            )
         out.append(cells)
     return header, out
 
@@ -153,47 +197,105 @@ def sweep_table(rows=(0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-1, 1.0)) -> tuple[l
 def verdict_rows(C: dict) -> list[tuple[str, str, E.Comparison]]:
     """(claim key, what is compared, comparison) for the verdict table: the comparisons each
     verdict rests on."""
+
     def pick(key, a=None, b=None, metric=None, i=None):
         es = C[key].effects
         if i is not None:
             return es[i]
-        (e,) = [e for e in es if (a is None or e.a == a) and (b is None or e.b == b)
-                and (metric is None or e.metric == metric)]
+        (e,) = [
+            e
+            for e in es
+            if (a is None or e.a == a)
+            and (b is None or e.b == b)
+            and (metric is None or e.metric == metric)
+        ]
         return e
 
     sw = "LayerNorm, init {}, eps 0"
     return [
         ("sigma_zero", "ε = 0 against 10⁻⁵, zero rows at step 0", pick("sigma_zero", i=0)),
-        ("sigma_zero", "10⁻¹² against 10⁻⁵, log₁₀ of the largest gradient norm", pick("sigma_zero", i=1)),
+        (
+            "sigma_zero",
+            "10⁻¹² against 10⁻⁵, log₁₀ of the largest gradient norm",
+            pick("sigma_zero", i=1),
+        ),
         ("fp16_tiny_eps", "(e) against (d), every q > 0", pick("fp16_tiny_eps", i=0)),
         ("fp16_tiny_eps", "(e) against (d), zero rows at step 0", pick("fp16_tiny_eps", i=1)),
-        ("sweet_spot", "10⁻⁶ against 0, init normal", pick("sweet_spot", sw.format("normal"), "eps 1e-06")),
-        ("sweet_spot", "10⁻⁵ against 0, init normal", pick("sweet_spot", sw.format("normal"), "eps 1e-05")),
-        ("sweet_spot", "10⁻⁸ against 0, init small", pick("sweet_spot", sw.format("small"), "eps 1e-08")),
-        ("sweet_spot", "10⁻⁶ against 0, init small", pick("sweet_spot", sw.format("small"), "eps 1e-06")),
-        ("sweet_spot", "10⁻⁵ against 0, init small", pick("sweet_spot", sw.format("small"), "eps 1e-05")),
-        ("sweet_spot", "10⁻³ against 0, RMSNorm", pick("sweet_spot", "RMSNorm, init normal, eps 0",
-                                                        "eps 0.001")),
-        ("too_large", "1 against 10⁻⁵, init normal", pick("too_large", "LayerNorm, init normal, eps 1e-5",
-                                                          "eps 1", "final_excess")),
-        ("too_large", "1 against no norm, init normal", pick("too_large", "no norm, normal", "eps 1")),
+        (
+            "sweet_spot",
+            "10⁻⁶ against 0, init normal",
+            pick("sweet_spot", sw.format("normal"), "eps 1e-06"),
+        ),
+        (
+            "sweet_spot",
+            "10⁻⁵ against 0, init normal",
+            pick("sweet_spot", sw.format("normal"), "eps 1e-05"),
+        ),
+        (
+            "sweet_spot",
+            "10⁻⁸ against 0, init small",
+            pick("sweet_spot", sw.format("small"), "eps 1e-08"),
+        ),
+        (
+            "sweet_spot",
+            "10⁻⁶ against 0, init small",
+            pick("sweet_spot", sw.format("small"), "eps 1e-06"),
+        ),
+        (
+            "sweet_spot",
+            "10⁻⁵ against 0, init small",
+            pick("sweet_spot", sw.format("small"), "eps 1e-05"),
+        ),
+        (
+            "sweet_spot",
+            "10⁻³ against 0, RMSNorm",
+            pick("sweet_spot", "RMSNorm, init normal, eps 0", "eps 0.001"),
+        ),
+        (
+            "too_large",
+            "1 against 10⁻⁵, init normal",
+            pick("too_large", "LayerNorm, init normal, eps 1e-5", "eps 1", "final_excess"),
+        ),
+        (
+            "too_large",
+            "1 against no norm, init normal",
+            pick("too_large", "no norm, normal", "eps 1"),
+        ),
         ("norm_in_float32", "(c) against (b), after 150 steps", pick("norm_in_float32", i=0)),
-        ("norm_vs_none", "no norm against pre-norm, init normal",
-         pick("norm_vs_none", "pre, normal", None, "final_excess")),
-        ("pre_vs_post", "post- against pre-norm, init normal",
-         pick("pre_vs_post", "pre, normal", None, "final_excess")),
-        ("finetune_mismatch", "10⁻¹² to 10⁻⁵, init normal, after fine-tuning",
-         pick("finetune_mismatch", "normal, trained 1e-12", "1e-05 fp32", "after_finetune")),
-        ("finetune_mismatch", "10⁻¹² to 10⁻³, init normal, after fine-tuning",
-         pick("finetune_mismatch", "normal, trained 1e-12", "0.001 fp32", "after_finetune")),
+        (
+            "norm_vs_none",
+            "no norm against pre-norm, init normal",
+            pick("norm_vs_none", "pre, normal", None, "final_excess"),
+        ),
+        (
+            "pre_vs_post",
+            "post- against pre-norm, init normal",
+            pick("pre_vs_post", "pre, normal", None, "final_excess"),
+        ),
+        (
+            "finetune_mismatch",
+            "10⁻¹² to 10⁻⁵, init normal, after fine-tuning",
+            pick("finetune_mismatch", "normal, trained 1e-12", "1e-05 fp32", "after_finetune"),
+        ),
+        (
+            "finetune_mismatch",
+            "10⁻¹² to 10⁻³, init normal, after fine-tuning",
+            pick("finetune_mismatch", "normal, trained 1e-12", "0.001 fp32", "after_finetune"),
+        ),
     ]
 
 
 #: The claims' short titles, as the chapter's sections name them.
-TITLES = {"sigma_zero": "σ = 0 early in training", "fp16_tiny_eps": "10⁻¹² in float16",
-          "sweet_spot": "the sweet spot", "too_large": "too large an ε",
-          "norm_in_float32": "the norm in float32", "norm_vs_none": "a norm against none",
-          "pre_vs_post": "pre- against post-norm", "finetune_mismatch": "fine-tuning with another ε"}
+TITLES = {
+    "sigma_zero": "σ = 0 early in training",
+    "fp16_tiny_eps": "10⁻¹² in float16",
+    "sweet_spot": "the sweet spot",
+    "too_large": "too large an ε",
+    "norm_in_float32": "the norm in float32",
+    "norm_vs_none": "a norm against none",
+    "pre_vs_post": "pre- against post-norm",
+    "finetune_mismatch": "fine-tuning with another ε",
+}
 
 
 def verdict_table(C: dict) -> tuple[list, list]:
@@ -210,36 +312,67 @@ def verdict_table(C: dict) -> tuple[list, list]:
 
 def where_table() -> tuple[list, list]:
     """(header, rows) of :func:`.claims.where_it_holds`."""
-    header = ["condition", "seeds", "no norm − pre-norm", "post − pre-norm",
-              "largest gradient norm: pre, post, none", "non-finite steps"]
+    header = [
+        "condition",
+        "seeds",
+        "no norm − pre-norm",
+        "post − pre-norm",
+        "largest gradient norm: pre, post, none",
+        "non-finite steps",
+    ]
     rows = []
     for r in CL.where_it_holds():
         g, nf = r["max_grad_norm"], r["nonfinite_steps"]
-        rows.append([r["condition"], str(r["seeds"]),
-                     f"{interval(r['none_minus_pre'], 3)} {r['none_minus_pre'].outcome}",
-                     f"{interval(r['post_minus_pre'], 3)} {r['post_minus_pre'].outcome}",
-                     ", ".join(f"{g[p]:.2g}" for p in ("pre", "post", "none")),
-                     ", ".join(str(nf[p]) for p in ("pre", "post", "none"))])
+        rows.append([
+            r["condition"],
+            str(r["seeds"]),
+            f"{interval(r['none_minus_pre'], 3)} {r['none_minus_pre'].outcome}",
+            f"{interval(r['post_minus_pre'], 3)} {r['post_minus_pre'].outcome}",
+            ", ".join(f"{g[p]:.2g}" for p in ("pre", "post", "none")),
+            ", ".join(str(nf[p]) for p in ("pre", "post", "none")),
+        ])
     return header, rows
 
 
 def rule_table() -> tuple[list, list]:
     """(header, rows) of :func:`.claims.eps_rule`: epsilon's cost against q at initialization."""
-    header = ["runs", "ε", "q₀ (median)", "q₀/ε", "against ε = 0, 95 % interval", "seeds", "outcome"]
+    header = [
+        "runs",
+        "ε",
+        "q₀ (median)",
+        "q₀/ε",
+        "against ε = 0, 95 % interval",
+        "seeds",
+        "outcome",
+    ]
     rows = []
     for r in CL.eps_rule():
         c = r["comparison"]
-        rows.append([r["condition"], eps_text(r["eps"]), sci(r["q0"], 1),
-                     ratio_text(r["q0_over_eps"]), interval(c), str(c.n), c.outcome])
+        rows.append([
+            r["condition"],
+            eps_text(r["eps"]),
+            sci(r["q0"], 1),
+            ratio_text(r["q0_over_eps"]),
+            interval(c),
+            str(c.n),
+            c.outcome,
+        ])
     return header, rows
 
 
 def probe_table() -> tuple[list, list]:
     """(header, rows) of :func:`.stored.probe_summary`: q at every norm, per model."""
     header = ["model", "ε", "smallest q", "median q", "smallest q/ε"]
-    rows = [[r["model"], eps_text(r["eps"]), sci(r["q_min"], 1) if r["q_min"] else "0",
-             sci(r["q_median"], 1), sci(r["q_min"] / r["eps"], 1) if r["q_min"] else "0"]
-            for r in stored.probe_summary()]
+    rows = [
+        [
+            r["model"],
+            eps_text(r["eps"]),
+            sci(r["q_min"], 1) if r["q_min"] else "0",
+            sci(r["q_median"], 1),
+            sci(r["q_min"] / r["eps"], 1) if r["q_min"] else "0",
+        ]
+        for r in stored.probe_summary()
+    ]
     return header, rows
 
 
@@ -251,8 +384,11 @@ def floor_table() -> tuple[list, list]:
     rows = []
     for rid, v in per.items():
         same = next(g for g in SP.identical_groups(rid) if "stored" in g)
-        rows.append([rid.replace("-s0", ""), sci(v, 1) if v else "0",
-                     ", ".join(p for p in same if p != "stored")])
+        rows.append([
+            rid.replace("-s0", ""),
+            sci(v, 1) if v else "0",
+            ", ".join(p for p in same if p != "stored"),
+        ])
     return header, rows
 
 
@@ -266,7 +402,11 @@ def autocast_table() -> tuple[list, list]:
 
 
 #: The guide's training table: its columns (short name -> sweep family) and rows (epsilons).
-GUIDE_COLUMNS = {"ln": "LayerNorm, init normal", "lns": "LayerNorm, init small", "rms": "RMSNorm, init normal"}
+GUIDE_COLUMNS = {
+    "ln": "LayerNorm, init normal",
+    "lns": "LayerNorm, init small",
+    "rms": "RMSNorm, init normal",
+}
 GUIDE_ROWS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 1e-1)
 
 
@@ -284,13 +424,19 @@ def guide_training() -> dict:
             v = g[fam, e]
             c = v["against_0"]
             seeds.append(v["seeds"] if c is None else c.n)
-            cells[col, i] = (f"{v['mean']:.3f} ({v['seeds']} seeds)" if c is None
-                             else f"{interval(c, 3)}, {c.outcome}")
+            cells[col, i] = (
+                f"{v['mean']:.3f} ({v['seeds']} seeds)"
+                if c is None
+                else f"{interval(c, 3)}, {c.outcome}"
+            )
     rule = CL.new_model_eps()
-    return {"cells": cells, "seeds": (min(seeds), max(seeds)),
-            "rec_eps": rule["largest_eps_equivalent_everywhere"],
-            "rule_equiv_from": ratio_text(rule["equivalent_from_q0_over_eps"]),
-            "rule_cost_ratio": ratio_text(rule["costs_up_to_q0_over_eps"]),
-            "rule_cost": rule["cost_at_that_ratio"],
-            "cost_small": g[GUIDE_COLUMNS["lns"], 1e-5]["against_0"],
-            "arithmetic_floor": E.arithmetic_floor("final_excess")}
+    return {
+        "cells": cells,
+        "seeds": (min(seeds), max(seeds)),
+        "rec_eps": rule["largest_eps_equivalent_everywhere"],
+        "rule_equiv_from": ratio_text(rule["equivalent_from_q0_over_eps"]),
+        "rule_cost_ratio": ratio_text(rule["costs_up_to_q0_over_eps"]),
+        "rule_cost": rule["cost_at_that_ratio"],
+        "cost_small": g[GUIDE_COLUMNS["lns"], 1e-5]["against_0"],
+        "arithmetic_floor": E.arithmetic_floor("final_excess"),
+    }
