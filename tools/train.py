@@ -474,7 +474,12 @@ def main(argv=None):
     if args.max_runs:
         configs = configs[: args.max_runs]
     if not configs:
-        return print("nothing to run: every configuration is stored")
+        # nothing to train: bring the manifest's description of the grid up to date
+        path = args.out / "runs.json"
+        m = json.loads(path.read_text(encoding="utf-8"))
+        m.update(slices=G.describe(), seeds=list(G.SEEDS))
+        path.write_text(json.dumps(m, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        return print("nothing to run: every configuration is stored (the slices re-described)")
     records, provs, extras, timing = run_grid(configs, args.workers, with_extras=not args.slice)
     store(args.out, records, _provenance_one(provs), extras, timing, merge=bool(args.slice))
 

@@ -18,6 +18,7 @@ CPU. :func:`all_claims` lists them in the order of the note; :func:`where_it_hol
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -957,12 +958,16 @@ def new_model_eps() -> dict:
     largest epsilon of the sweep equivalent to 0 in every family of :data:`SWEEP_FAMILIES`
     (None when there is none)."""
     rows = eps_rule()
-    # from the largest q0/eps down, as long as every comparison is equivalent
+    # from the largest q0/eps down, as long as every comparison is equivalent; rows whose
+    # ratios agree to two digits are one step, all equivalent or none
     equiv = []
-    for r in sorted(rows, key=lambda r: -r["q0_over_eps"]):
-        if not r["comparison"].is_equivalent:
+    for _, group in itertools.groupby(
+        sorted(rows, key=lambda r: -r["q0_over_eps"]), key=lambda r: f"{r['q0_over_eps']:.2g}"
+    ):
+        group = list(group)
+        if not all(r["comparison"].is_equivalent for r in group):
             break
-        equiv.append(r)
+        equiv += group
     cost = [r for r in rows if r["comparison"].is_effect and r["comparison"].diff > 0]
     table = eps_against_zero()
     safe = [e for e in EPS_SWEEP if e > 0 and all(table[n][e].is_equivalent for n in table)]
