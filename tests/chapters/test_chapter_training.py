@@ -227,12 +227,10 @@ def test_the_comparison_shown_in_full(g, arrays):
     b = ids(placement="pre", init="small", eps=1e-6)
     t = paired(arrays, a, b)
     cell = next(c for c in read(NB).cells if c.get("id") == "tr-compare")
-    table = "".join(next(o["data"]["text/markdown"] for o in cell["outputs"] if "data" in o))
-    assert (
-        f"| mean, 95 % interval |" in table
-        and interval(t) in table
-        and "| outcome |  |  | effect |" in table
-    )
+    table = "".join(next(o["data"]["text/html"] for o in cell["outputs"] if "data" in o))
+    assert "<td>mean, 95 % interval</td>" in table and f"<td>{interval(t)}</td>" in table
+    assert "<td>outcome</td><td></td><td></td><td>effect</td>" in table
+    assert "ε = 1e-6 (B) against ε = 0 (A)" in table
     assert t[3] == 10 and t[1] > 0
     for ra, rb in zip(a, b):
         assert signed(final(arrays, rb) - final(arrays, ra)) in table

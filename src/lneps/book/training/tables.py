@@ -20,7 +20,7 @@ __all__ = [
     "interval",
     "eps_text",
     "ratio_text",
-    "comparison_markdown",
+    "comparison_html",
     "grid_table",
     "where_text",
     "scope_text",
@@ -82,25 +82,22 @@ def ratio_text(x: float | None) -> str:
     return sci(x, 1)
 
 
-def comparison_markdown(c: E.Comparison):
-    """One comparison in full, as a table a notebook shows: each seed's values and difference,
-    then the mean, its interval and the outcome (an IPython ``Markdown`` object)."""
-    from IPython.display import Markdown
+def comparison_html(c: E.Comparison):
+    """One comparison in full, as an HTML table a notebook shows (an IPython ``HTML`` object):
+    each seed's values and difference, then the mean, its interval and the outcome."""
+    from html import escape
 
-    rows = [
-        [str(s), f"{a:.4f}", f"{b:.4f}", signed(b - a)]
-        for s, a, b in zip(c.seeds, c.values_a, c.values_b)
-    ]
+    from IPython.display import HTML
+
+    rows = [[str(s), f"{a:.4f}", f"{b:.4f}", signed(b - a)]
+            for s, a, b in zip(c.seeds, c.values_a, c.values_b)]
     rows.append(["mean, 95 % interval", f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", interval(c)])
     rows.append(["outcome", "", "", c.outcome])
-    return Markdown(
-        markdown_table(
-            f"{c.b} against {c.a}: final excess per seed (nats)",
-            "tbl-training-one-comparison",
-            ["seed", "A", "B", "B − A"],
-            rows,
-        )
-    )
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("seed", c.a, c.b, "B − A"))
+    body = "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in r) + "</tr>" for r in rows)
+    caption = escape(f"{c.b} (B) against {c.a} (A): final excess per seed (nats)")
+    return HTML(f'<table class="table"><caption>{caption}</caption><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
 
 
 def grid_table() -> tuple[list, list]:
