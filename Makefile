@@ -25,7 +25,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export LNEPS_CACHE_DIR := $(CURDIR)/_build/lneps-cache
 
 .PHONY: book pages lint test test-full notebooks serve lab bench frameworks frameworks-spread \
-	torch-backward training training-spread gpu-kernels clean pdf portable portable-arm64
+	torch-backward training training-spread training-probe gpu-kernels clean pdf portable portable-arm64
 NB ?= book/*.ipynb
 .DEFAULT_GOAL := book
 
@@ -146,8 +146,9 @@ frameworks-spread: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/measure_frameworks.py --spread
 
 # The training lab (lneps.book.training): every stored run in src/lneps/book/data/training/
-# (tools/train.py; 195 runs, 2 processes x 1 thread, about 20 min of 2 idle cores), and their spread
-# over arithmetic profiles (about 9 min). Re-make the spread after the grid on another machine.
+# (tools/train.py, 2 processes x 1 thread; its time on 2 idle cores is in the README), their spread
+# over arithmetic profiles (about 9 min), and q at initialization by lneps.torch's probe (probe.json,
+# under a minute). Re-make the spread after the grid on another machine.
 training: $(FRAMEWORKS_STAMP)
 	$(BIN)/python tools/train.py
 
@@ -168,6 +169,9 @@ $(GPU_STAMP): $(FRAMEWORKS_STAMP) requirements-gpu.txt
 
 gpu-kernels: $(GPU_STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python tools/grade_gpu_kernels.py
+
+training-probe: $(FRAMEWORKS_STAMP)
+	$(BIN)/python tools/train.py --probe
 
 clean:
 	rm -rf _build

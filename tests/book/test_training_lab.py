@@ -193,7 +193,15 @@ def test_grid_runs_are_unique_and_seeded():
     by = {}
     for c in cs:
         by.setdefault(c.key(), set()).add(c.seed)
-    assert all(v == set(grid.SEEDS) for v in by.values()) and len(grid.SEEDS) >= 3
+    # three seeds for every configuration of the first grid, ten where ten_seeds extends it,
+    # four in the generality slices
+    first = {c.key() for n in grid.FIRST_SLICES for c in grid.configs(n)}
+    ten = {c.key() for c in grid.configs("ten_seeds")}
+    assert ten <= first and set(grid.SEEDS) == set(grid.FIRST_SEEDS) and len(grid.SEEDS) >= 3
+    for k, v in by.items():
+        want = set(grid.FIRST_SEEDS) | set(grid.MORE_SEEDS) if k in ten else (
+            set(grid.FIRST_SEEDS) if k in first else set(grid.FEW_SEEDS))
+        assert v == want, k
     assert set(grid.EPS_SWEEP) >= {0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-1, 1.0}
     assert all(len(j) == len({c.base() for c in j}) or len({c.base() for c in j}) == 1 for j in grid.jobs())
 
@@ -205,3 +213,17 @@ def test_recipe_schedule_and_batches():
     a = recipe.batch_offsets(0, 300, 8, 64, corpus.CHAIN.length)
     assert np.array_equal(a[:20], recipe.batch_offsets(0, 20, 8, 64, corpus.CHAIN.length))
     assert a.max() + 65 <= corpus.CHAIN.length - recipe.HELD_OUT  # never reads the held-out tail
+
+
+def test_the_generality_slices_change_only_what_they_name():
+    from lneps.book.training import run
+
+    c = config.RunConfig(layers=4, width=128)
+    spec = run.spec_of(c)
+    assert (spec.layers, spec.width, spec.mlp) == (4, 128, 512)
+    assert run.spec_of(config.RunConfig()) == run.spec_of(config.RunConfig(lr=1e-2, warmup=0))
+    assert config.run_id(config.RunConfig(lr=3e-2)).endswith("-lr3e-02")
+    assert config.run_id(config.RunConfig(layers=8, warmup=0)).endswith("-L8-wu0")
+    # the recipe's own runs keep their names: a field left None is not in the id
+    assert config.run_id(config.RunConfig()) == "LayerNorm-pre-normal-eps1e-05-fp32-s0-n300"
+    assert {c.lr for c in grid.configs("lr")} == set(grid.LRS)

@@ -29,6 +29,14 @@ class RunConfig:
     ft_eps: float | None = None
     ft_precision: str | None = None
     ft_steps: int = 0
+    #: The peak learning rate when it is not the recipe's (:data:`.recipe.RECIPE`); ``None``: the
+    #: recipe's. Only the ``lr`` slice sets it, so the other runs keep their names.
+    lr: float | None = None
+    #: The model's depth and width, and the warm-up steps, when not the recipe's (2 blocks of
+    #: width 64, :data:`.recipe.RECIPE`'s warm-up); ``None``: the recipe's (the name stays).
+    layers: int | None = None
+    width: int | None = None
+    warmup: int | None = None
 
     @property
     def is_finetune(self) -> bool:
@@ -50,8 +58,22 @@ class RunConfig:
 
 
 def run_id(c: RunConfig) -> str:
-    """A readable unique name, e.g. ``LayerNorm-pre-normal-eps1e-05-fp32-s0-n300``."""
+    """A readable unique name, e.g. ``LayerNorm-pre-normal-eps1e-05-fp32-s0-n300`` (``-lr1e-02``
+    appended when the learning rate is not the recipe's, ``-L8``, ``-w128``, ``-wu0`` when the
+    depth, width or warm-up is not).
+
+    >>> run_id(RunConfig(placement="none", eps=None, lr=1e-2, seed=3))
+    'LayerNorm-none-normal-epsnone-fp32-s3-n300-lr1e-02'
+    """
     s = f"{c.norm}-{c.placement}-{c.init}-eps{_eps_text(c.eps)}-{c.precision}-s{c.seed}-n{c.steps}"
+    if c.lr is not None:
+        s += f"-lr{c.lr:.0e}"
+    if c.layers is not None:
+        s += f"-L{c.layers}"
+    if c.width is not None:
+        s += f"-w{c.width}"
+    if c.warmup is not None:
+        s += f"-wu{c.warmup}"
     if c.is_finetune:
         s += f"-ft{c.ft_steps}-eps{_eps_text(c.ft_eps)}-{c.ft_precision}"
     return s

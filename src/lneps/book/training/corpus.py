@@ -21,12 +21,25 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Chain", "CHAIN", "transitions", "stationary", "entropy_rate", "unigram_entropy",
-           "first_step_entropy", "loss_floor", "generate", "digest", "describe"]
+__all__ = [
+    "Chain",
+    "CHAIN",
+    "transitions",
+    "stationary",
+    "entropy_rate",
+    "unigram_entropy",
+    "first_step_entropy",
+    "loss_floor",
+    "held_out_loss",
+    "generate",
+    "digest",
+    "describe",
+]
 
 
 @dataclass(frozen=True)
@@ -73,36 +86,48 @@ def _state_matrix(p: np.ndarray) -> np.ndarray:
     big = np.zeros((v * v, v * v))
     for a in range(v):
         for b in range(v):
-            big[a * v + b, b * v: (b + 1) * v] = p[a, b]
+            big[a * v + b, b * v : (b + 1) * v] = p[a, b]
     return big
 
 
 def stationary(p: np.ndarray) -> np.ndarray:
-    """The stationary distribution over states, float64, shaped like ``p`` without its last
-    axis: the left eigenvector for eigenvalue 1, refined by power iteration to a fixed point."""
+    """The stationary distribution over states, shaped like ``p`` without its last axis: the
+    solution of :math:`\\pi P = \\pi`, :math:`\\sum \\pi = 1`, by LU in 50-digit arithmetic
+    (mpmath), then rounded to float64: the same bits on every machine, where an eigen-solver's
+    or BLAS's last bits are not. Order 2 (1,024 states) takes the float64 eigenvector instead."""
     big = _state_matrix(p)
-    w, vec = np.linalg.eig(big.T)
-    pi = np.abs(np.real(vec[:, np.argmin(np.abs(w - 1))]))
-    pi /= pi.sum()
-    for _ in range(10_000):
-        nxt = pi @ big
-        nxt /= nxt.sum()
-        if np.max(np.abs(nxt - pi)) < 1e-17:
-            break
-        pi = nxt
-    return nxt.reshape(p.shape[:-1])
+    n = big.shape[0]
+    if n > 256:
+        w, vec = np.linalg.eig(big.T)
+        pi = np.abs(np.real(vec[:, np.argmin(np.abs(w - 1))]))
+        return (pi / pi.sum()).reshape(p.shape[:-1])
+    import mpmath
+
+    with mpmath.workdps(50):
+        a = mpmath.matrix(n, n)
+        for i in range(n - 1):
+            for j in range(n):
+                a[i, j] = mpmath.mpf(float(big[j, i])) - (1 if i == j else 0)
+        for j in range(n):
+            a[n - 1, j] = 1
+        b = mpmath.matrix(n, 1)
+        b[n - 1] = 1
+        x = mpmath.lu_solve(a, b)
+        return np.array([float(v) for v in x]).reshape(p.shape[:-1])
 
 
 def _row_entropy(p: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log(p), 0.0)
-    return terms.sum(axis=-1)
+    """Each row's entropy (nats), with libm's log and exact sums (no SIMD log, no summation
+    order): the same bits on every machine."""
+    rows = np.asarray(p, dtype=np.float64).reshape(-1, p.shape[-1])
+    out = [math.fsum(-x * math.log(x) for x in row.tolist() if x > 0) for row in rows]
+    return np.array(out).reshape(p.shape[:-1])
 
 
 def entropy_rate(chain: Chain = CHAIN) -> float:
     """Nats per symbol a perfect predictor of the chain pays: :math:`\\sum_s \\pi(s) H(P[s])`."""
     p = transitions(chain)
-    return float((stationary(p) * _row_entropy(p)).sum())
+    return math.fsum((stationary(p) * _row_entropy(p)).ravel())
 
 
 def unigram_entropy(chain: Chain = CHAIN) -> float:
@@ -128,6 +153,27 @@ def loss_floor(context: int, chain: Chain = CHAIN) -> float:
     return (first_step_entropy(chain) + (context - 1) * entropy_rate(chain)) / context
 
 
+def held_out_loss(stream: np.ndarray, context: int = 64, chain: Chain = CHAIN) -> float:
+    r"""The chain's own mean cross-entropy (nats) on the held-out windows of ``stream`` (those the
+    runs are evaluated on, :func:`.recipe.eval_offsets`): :math:`-\frac1N\sum \log P[x_t,
+    x_{t+1}]` over every prediction of every window (order 1). The lowest held-out loss any model
+    can reach on those windows; it differs from :func:`entropy_rate` by the windows' sampling.
+    Float64, libm's log, summed by :func:`math.fsum` (no dependence on the machine's SIMD log
+    or summation order)."""
+
+    from .recipe import eval_offsets
+
+    if chain.order != 1:
+        raise ValueError("held_out_loss is written for order 1")
+    p = transitions(chain)
+    s = np.asarray(stream, dtype=np.int64)
+    starts = eval_offsets(context, len(s))
+    idx = starts[:, None] + np.arange(context + 1)
+    w = s[idx]
+    x, y = w[:, :-1].ravel(), w[:, 1:].ravel()
+    return math.fsum(-math.log(v) for v in p[x, y]) / len(x)
+
+
 def generate(chain: Chain = CHAIN) -> np.ndarray:
     """The token stream, uint8, length ``chain.length``: the first state from the stationary
     distribution, each later symbol by inverse-CDF sampling of its row with one uniform
@@ -140,7 +186,7 @@ def generate(chain: Chain = CHAIN) -> np.ndarray:
     cdf = np.cumsum(p, axis=-1).reshape(-1, v)
     cdf[:, -1] = 1.0
     rows = [list(r) for r in cdf]  # bisect_right on a list == np.searchsorted(side="right")
-    state = min(int(np.searchsorted(np.cumsum(pi), u[0], side="right")), v ** k - 1)
+    state = min(int(np.searchsorted(np.cumsum(pi), u[0], side="right")), v**k - 1)
     out = list(divmod(state, v)) if k == 2 else [state]
     mod = v ** (k - 1)
     for x in u[k:].tolist():
@@ -157,7 +203,11 @@ def digest(stream: np.ndarray) -> str:
 
 def describe(chain: Chain = CHAIN, context: int = 64) -> dict:
     """The generator's parameters with its exact entropies, as stored in corpus.json."""
-    return {**chain.as_dict(), "entropy_rate_nats": entropy_rate(chain),
-            "first_step_entropy_nats": first_step_entropy(chain),
-            "unigram_entropy_nats": unigram_entropy(chain),
-            "context": context, "loss_floor_nats": loss_floor(context, chain)}
+    return {
+        **chain.as_dict(),
+        "entropy_rate_nats": entropy_rate(chain),
+        "first_step_entropy_nats": first_step_entropy(chain),
+        "unigram_entropy_nats": unigram_entropy(chain),
+        "context": context,
+        "loss_floor_nats": loss_floor(context, chain),
+    }

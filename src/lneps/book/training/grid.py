@@ -1,5 +1,6 @@
 r"""The grid of stored runs: not a full product, but one slice per claim, each with the reason it
-suffices. Every configuration runs with the seeds :data:`SEEDS` (the seed fixes the init and the
+suffices. Every configuration of the first five slices runs with the seeds :data:`SEEDS`, and
+those the verdicts rest on with seven more (``ten_seeds``) (the seed fixes the init and the
 batches, so two configurations with one seed see the same batches from the same init draws:
 their difference is the configuration's, not the data's). All runs are float32 with the recipe of
 :mod:`.recipe` unless the slice says otherwise.
@@ -35,6 +36,22 @@ Slices (:data:`SLICES`; :func:`configs` lists a slice's runs):
     control), the other one, or 1e-3 (TensorFlow/Keras), in float32; and for ``normal`` in
     modes (c) and (e) with its own epsilon (so 1e-12 becomes 0 in (e)). ``small`` is where q is
     smallest after training, so where a swap can matter most.
+``ten_seeds``
+    Seeds 3-9 (:data:`MORE_SEEDS`) of the configurations of the first five slices that the
+    chapter's verdicts and the guide's rows rest on (:data:`TEN_SEEDS`): a paired difference
+    over ten seeds resolves a few 1e-3 nats, where three seeds resolve only large effects. The
+    precision and fine-tuning slices keep three seeds: their comparisons were equivalent within
+    the margin already (or dead against alive).
+``lr``
+    Pre-norm and post-norm layer norm at 1e-5 and no norm, init ``normal``, at peak learning
+    rates 1e-2 and 3e-2 (the recipe's is 3e-3), seeds 0-3 (:data:`FEW_SEEDS`): does the
+    norm's value, and the order of the placements, hold as the learning rate rises?
+``scale``
+    The same three placements with 8 blocks, and with 4 blocks of width 64 and of width 128;
+    the same three without warm-up; and pre-norm layer norm at init ``small`` with epsilon 0,
+    1e-8, 1e-6 and 1e-5 at 3x the steps (900, the schedule stretched) and at 4 blocks of width
+    128; seeds 0-3. Where the verdicts of the recipe's scale hold as depth, width, warm-up and
+    budget change, one factor at a time.
 
 Only the configuration tuples live here; :mod:`.run` trains them, tools/train.py stores them.
 """
@@ -46,10 +63,32 @@ from dataclasses import replace
 from .config import RunConfig, run_id
 from .recipe import FINETUNE
 
-__all__ = ["SEEDS", "EPS_SWEEP", "INIT_NAMES", "SLICES", "configs", "all_configs", "jobs",
-           "SPREAD_CONFIGS", "RERUN_CONFIGS"]
+__all__ = [
+    "SEEDS",
+    "FIRST_SEEDS",
+    "MORE_SEEDS",
+    "FIRST_SLICES",
+    "TEN_SEEDS",
+    "FEW_SEEDS",
+    "LRS",
+    "EPS_SWEEP",
+    "INIT_NAMES",
+    "SLICES",
+    "configs",
+    "all_configs",
+    "jobs",
+    "SPREAD_CONFIGS",
+    "RERUN_CONFIGS",
+]
 
-SEEDS = (0, 1, 2)
+#: The first grid's seeds: every configuration of its five slices (:data:`FIRST_SLICES`).
+SEEDS = FIRST_SEEDS = (0, 1, 2)
+#: The seeds ``ten_seeds`` adds, so that a paired difference of a few 1e-3 nats is resolved.
+MORE_SEEDS = tuple(range(3, 10))
+FIRST_SLICES = ("eps_sweep", "placement", "no_norm", "precision", "finetune")
+#: The generality slices' seeds (``lr``, ``scale``): enough to see a sign change.
+FEW_SEEDS = (0, 1, 2, 3)
+LRS = (1e-2, 3e-2)
 EPS_SWEEP = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-1, 1.0)
 INIT_NAMES = ("normal", "small", "zero_resid")
 PRECISION_STEPS = 150
@@ -65,7 +104,12 @@ def _eps_sweep():
 
 
 def _placement():
-    cs = [RunConfig(placement=p, init=i, eps=e) for p in ("post", "sandwich") for i in INIT_NAMES for e in (0.0, 1e-5)]
+    cs = [
+        RunConfig(placement=p, init=i, eps=e)
+        for p in ("post", "sandwich")
+        for i in INIT_NAMES
+        for e in (0.0, 1e-5)
+    ]
     cs += [RunConfig(placement="sandwich", init="zero_resid", eps=1e-12)]
     cs += [RunConfig(placement="pre", init="zero_resid", eps=e) for e in (0.0, 1e-5)]
     return _seeded(cs)
@@ -77,8 +121,11 @@ def _no_norm():
 
 def _precision():
     n = PRECISION_STEPS
-    cs = [RunConfig(placement=p, init=i, eps=1e-12, precision=m, steps=n)
-          for p, i in (("pre", "normal"), ("sandwich", "zero_resid")) for m in ("fp16_norm32", "fp16_eps16")]
+    cs = [
+        RunConfig(placement=p, init=i, eps=1e-12, precision=m, steps=n)
+        for p, i in (("pre", "normal"), ("sandwich", "zero_resid"))
+        for m in ("fp16_norm32", "fp16_eps16")
+    ]
     cs += [RunConfig(eps=1e-5, precision=m, steps=n) for m in ("bf16_norm32", "bf16_norm16")]
     cs += [RunConfig(eps=1e-5, precision="fp16_pure", steps=n)]
     return _seeded(cs)
@@ -90,14 +137,77 @@ def _finetune():
     for init in ("normal", "small"):
         for ea, other in ((1e-12, 1e-5), (1e-5, 1e-12)):
             base = RunConfig(init=init, eps=ea)
-            out += [replace(base, ft_eps=eb, ft_precision="fp32", ft_steps=k) for eb in (ea, other, 1e-3)]
+            out += [
+                replace(base, ft_eps=eb, ft_precision="fp32", ft_steps=k)
+                for eb in (ea, other, 1e-3)
+            ]
             if init == "normal":
-                out += [replace(base, ft_eps=ea, ft_precision=m, ft_steps=k) for m in ("bf16_norm16", "fp16_eps16")]
+                out += [
+                    replace(base, ft_eps=ea, ft_precision=m, ft_steps=k)
+                    for m in ("bf16_norm16", "fp16_eps16")
+                ]
     return _seeded(out)
 
 
-SLICES = {"eps_sweep": _eps_sweep, "placement": _placement, "no_norm": _no_norm,
-          "precision": _precision, "finetune": _finetune}
+def _placements(**kw):
+    return [
+        RunConfig(eps=1e-5, **kw),
+        RunConfig(placement="post", eps=1e-5, **kw),
+        RunConfig(placement="none", eps=None, **kw),
+    ]
+
+
+def _few(cs):
+    return [replace(c, seed=s) for c in cs for s in FEW_SEEDS]
+
+
+def _lr():
+    return _few([c for lr in LRS for c in _placements(lr=lr)])
+
+
+def _scale():
+    cs = _placements(layers=8) + _placements(layers=4) + _placements(layers=4, width=128)
+    cs += _placements(warmup=0)
+    small = (0.0, 1e-8, 1e-6, 1e-5)
+    cs += [RunConfig(init="small", eps=e, steps=900) for e in small]
+    cs += [RunConfig(init="small", eps=e, layers=4, width=128) for e in small]
+    return _few(cs)
+
+
+#: Which configurations of the first slices ``ten_seeds`` extends to ten seeds: (slice, a
+#: predicate on the configuration). Those the chapter's verdicts and the guide's rows rest on.
+TEN_SEEDS = (
+    # the sweep where it decides something: every epsilon against 0 but 1e-12 and 1e-8 at the
+    # usual init (bit for bit or equivalent to 0 there already at three seeds); all at small
+    ("eps_sweep", lambda c: c.init == "small" or c.eps not in (1e-12, 1e-8)),
+    # post-norm at 1e-5 at every init (pre against post), the sandwich at zero_resid (the zero
+    # rows), pre-norm at zero_resid (the norm against none at every init)
+    ("placement", lambda c: (c.placement == "post" and c.eps == 1e-5)
+     or (c.placement, c.init) == ("sandwich", "zero_resid")
+     or (c.placement, c.init, c.eps) == ("pre", "zero_resid", 1e-5)),
+    ("no_norm", lambda c: True),
+)
+
+
+def _ten_seeds():
+    first = {name: SLICES[name]() for name in FIRST_SLICES}
+    out = []
+    for name, wanted in TEN_SEEDS:
+        cs = [c for c in first[name] if c.seed == FIRST_SEEDS[0] and wanted(c)]
+        out += [replace(c, seed=s) for c in cs for s in MORE_SEEDS]
+    return out
+
+
+SLICES = {
+    "eps_sweep": _eps_sweep,
+    "placement": _placement,
+    "no_norm": _no_norm,
+    "precision": _precision,
+    "finetune": _finetune,
+    "ten_seeds": _ten_seeds,
+    "lr": _lr,
+    "scale": _scale,
+}
 
 
 def configs(slice_name: str) -> list[RunConfig]:

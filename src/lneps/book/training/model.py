@@ -219,15 +219,3 @@ def param_groups(model: TinyGPT, weight_decay: float):
     decay = [p for n, p in model.named_parameters() if p.ndim == 2 and not n.startswith(("tok.", "pos."))]
     rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and not n.startswith(("tok.", "pos.")))]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-
-
-def init_std(spec: ModelSpec) -> float:
-    return INITS[spec.init]
-
-
-def expected_first_q(spec: ModelSpec) -> float:
-    """q expected at the first norm at step 0: token + position embedding, variance 2 std^2
-    per coordinate (times (d-1)/d after centring for layer norm)."""
-    s2 = 2 * INITS[spec.init] ** 2
-    return s2 * (spec.width - 1) / spec.width if spec.norm == "LayerNorm" else s2
-

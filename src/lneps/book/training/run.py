@@ -35,9 +35,17 @@ def configure(threads: int = 1) -> None:
 
 
 def spec_of(cfg: RunConfig, finetune: bool = False) -> ModelSpec:
+    """The model of ``cfg``: its norm, placement, init, epsilon and precision, and its depth and
+    width when the configuration sets them (the MLP stays four times the width)."""
     eps = cfg.ft_eps if finetune else cfg.eps
     prec = cfg.ft_precision if finetune else cfg.precision
-    return ModelSpec(norm=cfg.norm, placement=cfg.placement, init=cfg.init, eps=eps, precision=prec)
+    size = {}
+    if cfg.layers is not None:
+        size["layers"] = cfg.layers
+    if cfg.width is not None:
+        size.update(width=cfg.width, mlp=4 * cfg.width)
+    return ModelSpec(norm=cfg.norm, placement=cfg.placement, init=cfg.init, eps=eps, precision=prec,
+                     **size)
 
 
 def build(spec: ModelSpec, seed: int, recorder: Recorder | None = None) -> TinyGPT:
@@ -178,7 +186,11 @@ def train(cfg: RunConfig, stream: torch.Tensor):
     r = RECIPE
 
     def lr_fn(step):
-        return lr_at(step, r["steps"], r["lr"], r["warmup"], r["final_lr_fraction"])
+        # a run longer than the recipe's (the budget slice) has its schedule stretched to its
+        # length; a shorter one is a prefix of the recipe's
+        peak = r["lr"] if base.lr is None else base.lr
+        warm = r["warmup"] if base.warmup is None else base.warmup
+        return lr_at(step, max(r["steps"], base.steps), peak, warm, r["final_lr_fraction"])
 
     out = _loop(model, rec, stream, precision=base.precision, seed=base.seed, steps=base.steps,
                 lr_fn=lr_fn, eps_label=_eps_of(model))
