@@ -45,6 +45,17 @@ def glued(name: str) -> dict:
     return values
 
 
+def glued_rich(name: str, key: str, mime: str = "text/html") -> str:
+    """What a glue of a rich object (a table, an HTML block) stored under ``mime``: glued() keeps
+    only its text/plain."""
+    for cell in read(name).cells:
+        for out in cell.get("outputs", []):
+            record = out.get("metadata", {}).get("scrapbook", {})
+            if record.get("name") == key:
+                return out["data"][record["mime_prefix"] + mime]
+    raise KeyError(key)
+
+
 def stream_text(name: str) -> list[str]:
     """The stdout text of each code cell that printed something, in order."""
     texts = []

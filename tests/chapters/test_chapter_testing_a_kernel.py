@@ -8,7 +8,6 @@ with json, not through lneps.book.frameworks.
 import json
 import math
 import re
-from fractions import Fraction as F
 from pathlib import Path
 
 import ml_dtypes
@@ -19,7 +18,7 @@ import lneps
 from lneps.book import kernel_zoo as kz
 from lneps.book.printing import sci
 from lneps.testing import families, forward_bound
-from notebooks import glued, read
+from notebooks import glued, glued_rich, read
 
 NB = "testing_a_kernel.ipynb"
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,14 +46,7 @@ def g():
 
 
 def _glued_html(key, mime="text/html"):
-    """The HTML (or other ``mime``) a glue of a rich object stored (glued() keeps only its
-    text/plain)."""
-    for cell in read(NB).cells:
-        for out in cell.get("outputs", []):
-            record = out.get("metadata", {}).get("scrapbook", {})
-            if record.get("name") == key:
-                return out["data"][record["mime_prefix"] + mime]
-    raise KeyError(key)
+    return glued_rich(NB, key, mime)
 
 
 def _num(v):
@@ -66,11 +58,12 @@ def _num(v):
 
 
 def test_it_follows_the_trained_network_in_part_three():
-    # Then comes the training chapter (tests/chapters/test_chapter_training.py), the last of the part.
+    # Then come the backward chapter (tests/chapters/test_chapter_testing_a_backward_kernel.py), the
+    # GPU chapter and the training chapter (tests/chapters/test_chapter_training.py), the last.
     toc = (ROOT / "_toc.yml").read_text()
     part = toc.split('"Part III. In the wild"')[1].split("- caption")[0]
     files = [line.split("file:")[1].strip() for line in part.splitlines() if "file:" in line]
-    assert files[-3:-1] == ["book/trained_network", "book/testing_a_kernel"]
+    assert files[-5:-3] == ["book/trained_network", "book/testing_a_kernel"]
 
 
 def test_the_naive_float16_layer(g):
@@ -265,75 +258,3 @@ def test_no_framework_is_imported():
     code = "\n".join(c.source for c in read(NB).cells if c.cell_type == "code")
     # (lneps.book.frameworks.torch_backward is stored data, read without torch)
     assert not re.search(r"^\s*(import|from)\s+(torch|jax|flax|onnx)", code, re.M)
-
-
-def test_the_mean_rounded_to_float16(g):
-    # the shift is |fl16(mean) - mean| / std, at most, on the 16 rows of N(0, 1) numbers
-    x = families(np.float16, 4096, rows=16)["normal"].x.astype(np.float64)
-    mean, std = x.mean(axis=-1), x.std(axis=-1)
-    shift = float(np.max(np.abs(mean.astype(np.float16).astype(np.float64) - mean) / std))
-    assert g["mf16_shift"] == sci(shift, 1) and shift < 2.0**-10 / 10  # a tenth of an ulp of 1, less
-    assert g["mf16_ulps"] == _num(shift / 2.0**-10)
-    first, second, third = (int(v) for v in g["mf16_catches"].split(", "))
-    assert first >= second >= third  # fewer as d grows
-
-
-def test_the_false_alarm_derivation(g):
-    # 2 exp(-lambda^2 / 2) with the lambda the test uses (lneps.testing's private constant)
-    from lneps.testing._private import systematic
-
-    assert g["lambda_rows"] == systematic.LAMBDA == 6
-    assert g["false_alarm_2"] == sci(2 * math.exp(-(6**2) / 2), 2) == "3.05 × 10⁻⁸"
-
-
-def test_the_zoo_at_the_other_row_lengths(g):
-    from lneps.book import zoo_grades
-
-    assert g["grid_ds"] == "8, 9, 100 and 1024"
-    table = _glued_html("tbl-kernel-zoo-grid", "text/markdown")
-    n = len(kz.kernels("correct"))
-    assert table.count(f"| {n} of {n} |") == 12  # every correct kernel passes, 3 formats x 4 d
-    # one row recomputed: float16, d = 8
-    graded = zoo_grades.grade(dtypes=(np.float16,), ds=(8,))
-    caught = sum(bool(r["caught"]) for r in graded if r["kind"] == "defective")
-    row = next(line for line in table.splitlines() if line.startswith("| float16 | 8 |"))
-    assert f"| {caught} of {len(kz.kernels('defective'))} |" in row
-
-
-def _stored():
-    with (ROOT / "src/lneps/book/data/frameworks/torch_backward.json").open() as f:
-        return json.load(f)
-
-
-def test_torch_rms_norm_backward_on_wide_range_rows(g):
-    from lneps.book.frameworks import torch_backward as TB
-
-    c = TB.load()["cases"]["rms_norm|float32|64|wide_range"]
-    x, dy = c["x"].astype(np.float64), c["dy"].astype(np.float64)
-    # the exact gradient by hand: r = 1/sqrt(mean(x^2) + eps), dx = r (dy - x r^2 mean(dy x))
-    exact = []
-    for xr, dr in zip(x.tolist(), dy.tolist()):
-        q = sum(F(v) * F(v) for v in xr) / len(xr) + F(c["eps"])
-        r = 1 / math.sqrt(q)  # float64, far below the digits shown
-        m = float(sum(F(a) * F(b) for a, b in zip(xr, dr)) / len(xr))
-        exact.append([r * (b - a * r * r * m) for a, b in zip(xr, dr)])
-    exact = np.array(exact)
-    assert np.abs(exact).max() < 1e-5  # below torch.testing's float32 atol: it passes anything
-    stored = _stored()["cases"]["rms_norm|float32|64|wide_range"]["torch_testing"]["dx"]
-    assert stored["passed"] and stored["atol"] == 1e-5 and g["tt_atol32"] == "10⁻⁵"
-    over = int(g["rms_over"])
-    assert 0 < over < g["rms_n"] == x.size
-    # the worst element shown: torch's value and the exact one, far apart
-    dx = c["dx"].astype(np.float64)
-    shown = [i for i in np.ndindex(dx.shape)
-             if sci(exact[i], 1) == g["rms_exact"] and sci(dx[i], 1) == g["rms_torch"]]
-    assert shown and all(abs(dx[i] - exact[i]) > 10 * abs(exact[i]) for i in shown)
-
-
-def test_torch_layer_norm_backward_against_its_class(g):
-    stored = _stored()["cases"]
-    layer = [c for c in stored.values() if c["op"] == "layer_norm"]
-    assert g["tb_cases"] == len(layer) == 28 and g["tb_saved"] == "float16"
-    assert 0 < g["tb_x_default"] <= 28 and 0 < g["tb_beta_own"] <= 28
-    assert g["tb_tt"] == sum(not c["torch_testing"]["dx"]["passed"] for c in layer)
-    assert g["tb_suspect"].startswith("dβ accumulated in float16")

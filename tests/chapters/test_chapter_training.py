@@ -131,7 +131,8 @@ def test_it_is_the_last_chapter_of_part_three():
     toc = (ROOT / "_toc.yml").read_text()
     part = toc.split('"Part III. In the wild"')[1].split("- caption")[0]
     files = [line.split("file:")[1].strip() for line in part.splitlines() if "file:" in line]
-    assert files[-4:] == ["book/trained_network", "book/testing_a_kernel", "book/gpu_kernels", "book/training"]
+    assert files[-5:] == ["book/trained_network", "book/testing_a_kernel", "book/testing_a_backward_kernel",
+                         "book/gpu_kernels", "book/training"]
 
 
 def test_it_reads_stored_runs_and_never_trains():
