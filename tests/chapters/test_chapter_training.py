@@ -460,7 +460,6 @@ def test_fine_tuning(g, arrays):
     n = 0
     for init in ("normal", "small"):
         for ea in (1e-12, 1e-5):
-            ctrl = ids(init=init, eps=ea, ft_eps=ea, ft_precision="fp32")
             for rid, e in MANIFEST["runs"].items():
                 c = e["config"]
                 if (
