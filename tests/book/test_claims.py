@@ -144,7 +144,6 @@ def test_the_training_numbers_are_the_runs(g):
 
     import numpy as np
 
-
     data = Path(__file__).resolve().parents[2] / "src/lneps/book/data/training"
     manifest = json.loads((data / "runs.json").read_text())
     floor = json.loads((data / "corpus.json").read_text())["loss_floor_nats"]
