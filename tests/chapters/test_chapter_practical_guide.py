@@ -471,7 +471,7 @@ def test_the_training_table_is_read_from_the_stored_runs(g):
     assert 0 < floor - _training()[1] < 0.01
     for col, (norm, init) in COLUMNS.items():
         zero = [_final(r) + _training()[1] - floor for r in _runs(norm=norm, init=init, placement="pre", eps=0.0)]
-        assert g[f"tr_{col}_0"] == f"{np.mean(zero):.3f} ({len(zero)} seeds)"
+        assert g[f"tr_{col}_0"] == f"{np.mean(zero):.3f} ({len(zero)} runs)"
         for i, eps in enumerate(TABLE_EPS[1:], 1):
             c = _sweep()[col, eps]
             assert g[f"tr_{col}_{i}"] == f"{_text(c, 3)}, {c['outcome']}", (col, eps)
