@@ -396,7 +396,7 @@ def run_probe(out: Path, sentences: int = 32):
         for seed in G.SEEDS[:3]:
             model = run.build(run.spec_of(cfg), seed)
             starts = batch_offsets(seed, 1, RECIPE["batch"], model.spec.context, len(stream))[0]
-            x, _ = run._windows(stream, starts, model.spec.context)
+            x, _ = run.windows(stream, starts, model.spec.context)
             lab.append({
                 "config": {k: v for k, v in cfg.as_dict().items() if v is not None},
                 "seed": seed,

@@ -65,7 +65,7 @@ def _autocast(precision: str):
     return torch.autocast("cpu", dtype=_LOW[p.autocast])
 
 
-def _windows(stream: torch.Tensor, starts: np.ndarray, context: int):
+def windows(stream: torch.Tensor, starts: np.ndarray, context: int):
     idx = torch.as_tensor(starts, dtype=torch.long)[:, None] + torch.arange(context + 1)
     w = stream[idx]
     return w[:, :-1], w[:, 1:]
@@ -85,7 +85,7 @@ def evaluate(model: TinyGPT, stream: torch.Tensor, precision: str, chunk: int = 
     model.eval()
     total = 0.0
     for i in range(0, len(starts), chunk):
-        x, y = _windows(stream, starts[i:i + chunk], model.spec.context)
+        x, y = windows(stream, starts[i:i + chunk], model.spec.context)
         total += float(_loss(model, x, y, precision)) * len(x)
     model.train(was)
     return total / len(starts)
@@ -124,7 +124,7 @@ def _loop(model, rec, stream, *, precision, seed, steps, lr_fn, eps_label):
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = lr_fn(step)
-        x, y = _windows(stream, offsets[step], ctx)
+        x, y = windows(stream, offsets[step], ctx)
         rec.on, rec.rows = step in rpos, {}
         loss = _loss(model, x, y, precision)
         rec.on = False
@@ -273,7 +273,7 @@ def zero_row_probe(seed: int, precision: str = "fp32", eps: float = 0.0, site: s
                             RECIPE["warmup"], RECIPE["final_lr_fraction"]), betas=RECIPE["betas"],
                             eps=RECIPE["adam_eps"], foreach=False)
     scaler = torch.amp.GradScaler("cpu") if PRECISIONS[precision].scaler else None
-    x, y = _windows(s, batch_offsets(seed, 1, RECIPE["batch"], spec.context, len(s))[0], spec.context)
+    x, y = windows(s, batch_offsets(seed, 1, RECIPE["batch"], spec.context, len(s))[0], spec.context)
     rec.on = True
     loss = _loss(model, x, y, precision)
     rec.on = False
