@@ -53,9 +53,10 @@ def g():
     return glued(NB)
 
 
-def glued_table(key: str) -> str:
-    """The Markdown of a table the notebook glued (its text/markdown, not the object's repr)."""
-    for cell in read(NB).cells:
+def glued_table(key: str, nb: str = NB) -> str:
+    """The Markdown of a table the notebook ``nb`` glued (its text/markdown, not the object's
+    repr)."""
+    for cell in read(nb).cells:
         for out in cell.get("outputs", []):
             record = out.get("metadata", {}).get("scrapbook", {})
             if record.get("name") == key:
@@ -177,15 +178,10 @@ def test_the_corpus_the_floor_and_the_recipe(g):
         CORPUS["length"],
         CORPUS["context"],
     )
-    assert g["floor"] == CORPUS["loss_floor_nats"] and g["held_out"] == pytest.approx(
-        FLOOR, rel=1e-12
-    )
-    assert g["floor_offset"] == pytest.approx(FLOOR - CORPUS["loss_floor_nats"], rel=1e-9)
+    assert g["held_out"] == pytest.approx(FLOOR, rel=1e-12)
     assert g["gap"] == pytest.approx(CORPUS["unigram_entropy_nats"] - FLOOR, rel=1e-12)
     r = MANIFEST["recipe"]
-    assert [g[k] for k in ("steps", "batch", "lr", "warmup", "clip")] == [
-        r[k] for k in ("steps", "batch", "lr", "warmup", "clip")
-    ]
+    assert [g[k] for k in ("steps", "lr")] == [r[k] for k in ("steps", "lr")]
     assert g["adam_eps"] == "10⁻⁸" and r["adam_eps"] == 1e-8
     assert g["ft_steps"] == MANIFEST["finetune"]["steps"]
     assert (
@@ -194,12 +190,8 @@ def test_the_corpus_the_floor_and_the_recipe(g):
         == len({r for s in MANIFEST["slices"].values() for r in s["runs"]})
     )
     first, last = MANIFEST["machines"][0], MANIFEST["machines"][-1]
-    assert (g["cpu"], g["isa"]) == (first["cpu"]["model"], first["cpu_capability"])
-    assert (g["cpu2"], g["isa2"]) == (last["cpu"]["model"], last["cpu_capability"])
     assert g["torch_version"] == first["torch"].split("+")[0] == last["torch"].split("+")[0]
-    assert (g["thr_float16"], g["thr_bfloat16"]) == (1024.0, 128.0) and g[
-        "thr_float32"
-    ] == "8.4 × 10⁶"
+    assert g["thr_float32"] == "8.4 × 10⁶"
     assert g["margin"] == 0.002
 
 
@@ -217,56 +209,7 @@ def test_the_model_typed_in_the_prose_is_the_labs(g):
         g["vocab"],
     )
     text = " ".join(markdown(NB).split())
-    assert (
-        f"width {defaults['width']}, {defaults['heads']} heads, an MLP of width {defaults['mlp']}"
-        in text
-    )
-
-
-def test_the_comparison_shown_in_full(g, arrays):
-    a = ids(placement="pre", init="small", eps=0.0)
-    b = ids(placement="pre", init="small", eps=1e-6)
-    t = paired(arrays, a, b)
-    cell = next(c for c in read(NB).cells if c.get("id") == "tr-compare")
-    table = "".join(next(o["data"]["text/html"] for o in cell["outputs"] if "data" in o))
-    assert "<td>mean, 95 % interval</td>" in table and f"<td>{interval(t)}</td>" in table
-    assert "<td>outcome</td><td></td><td></td><td>effect</td>" in table
-    assert "ε = 1e-6 (B) against ε = 0 (A)" in table
-    assert t[3] == 10 and t[1] > 0
-    for ra, rb in zip(a, b):
-        assert signed(final(arrays, rb) - final(arrays, ra)) in table
-    assert g["sweet_small_1e6"] == interval(t)
-
-
-def _floor(arrays, fp32_only=False) -> float:
-    """The largest range, over the stored profiles and the grid's own run, of a measured
-    configuration's final held-out loss."""
-    with np.load(DATA / "spread.npz") as z:
-        worst = 0.0
-        for rid in SPREAD["configs"]:
-            if fp32_only and "-fp32-" not in rid:
-                continue
-            vals = [float(z[f"{p}/{rid}:eval_loss"][-1]) for p in SPREAD["profiles"]] + [
-                float(arrays[f"{rid}:eval_loss"][-1])
-            ]
-            worst = max(worst, max(vals) - min(vals))
-    return worst
-
-
-def test_the_arithmetic_floor(g, arrays):
-    assert g["machine_final"] == sci(_floor(arrays), 1) and g["machine_final_fp32"] == sci(
-        _floor(arrays, True), 1
-    )
-    assert g["n_profiles"] == len(SPREAD["profiles"]) == 6
-    # the table: the native one-thread profile reproduces every stored run bit for bit
-    with np.load(DATA / "spread.npz") as z:
-        for rid in SPREAD["configs"]:
-            for part in ("loss", "grad_norm", "eval_loss"):
-                assert np.array_equal(
-                    z[f"native-1t/{rid}:{part}"], arrays[f"{rid}:{part}"], equal_nan=True
-                ), (rid, part)
-    table = glued_table("floor_table")
-    assert table.count("native-1t") == len(SPREAD["configs"]) and sci(_floor(arrays), 1) in table
+    assert f"width {defaults['width']}, {defaults['heads']} heads" in text
 
 
 # --- the figures -----------------------------------------------------------------------------------
@@ -381,15 +324,6 @@ def test_the_sweet_spot_and_the_rule(g, arrays):
     )
     lo, hi = paired(arrays, small[0.0], small[1e-8])[1:3]
     assert -0.002 < lo and hi < 0.002
-    table = glued_table("sweep_table")
-    for e in (1e-6, 1e-5):
-        t = paired(
-            arrays,
-            ids(placement="pre", init="normal", eps=0.0),
-            ids(placement="pre", init="normal", eps=e),
-        )
-        assert interval(t) in table and t[3] >= 10
-        assert -0.002 < t[1] and t[2] < 0.002
     q0 = {
         init: np.median([
             np.median(stat(arrays, r, "q_p50")[0, :1])
@@ -448,12 +382,6 @@ def test_norm_against_none_and_pre_against_post(g, arrays):
     assert (g["pp_fin_lo"], g["pp_fin_hi"]) == pytest.approx(
         (-max(t[0] for t in post), -min(t[0] for t in post)), abs=1e-12
     )
-    # the learning-rate rows of the table
-    table = glued_table("where_table")
-    for lr in (1e-2, 3e-2):
-        pre = ids(placement="pre", init="normal", eps=1e-5, lr=lr)
-        none = ids(placement="none", init="normal", eps=None, lr=lr)
-        assert interval(paired(arrays, pre, none), 3) in table, lr
 
 
 def test_fine_tuning(g, arrays):
@@ -473,12 +401,11 @@ def test_fine_tuning(g, arrays):
     assert g["ft_swaps"] == n == 12 and g["ft_n"] == 2 * n
 
 
-def test_the_probe_table(g):
+def test_the_probe_numbers(g):
     probe = json.loads((DATA / "probe.json").read_text(encoding="utf-8"))
     assert g["probe_tokens"] == probe["minilm"]["tokens"]
     qmin = min(s["q_min"] for s in probe["minilm"]["sites"].values())
     assert g["probe_minilm_min"] == sci(qmin / 1e-12, 1)
-    assert glued_table("probe_table").count("\n| ") == 1 + 23
 
 
 def test_the_exercises_and_the_comparison_count(g, arrays):
@@ -491,8 +418,6 @@ def test_the_exercises_and_the_comparison_count(g, arrays):
     assert (g["ex_cross_1e6"], g["ex_cross_1e5"]) == (crossing(1e-6), crossing(1e-5)) and crossing(
         1e-8
     ) == 0
-    cell = next(c.source for c in read(NB).cells if c.get("id") == "tr-compare")
-    assert cell.count("1e-6") == 3 and "small" in cell  # exercise 1 edits it
     from lneps.book.training import claims
 
     es = [e for c in claims.all_claims() for e in c.effects]
@@ -533,3 +458,5 @@ def test_the_page_numbers_its_figures_and_links_the_claims(built_book):
     }
     for anchor in links:
         assert main.find(id=anchor) is not None, anchor
+    # the verification detail is in the appendix, linked
+    assert "{doc}`how_the_training_runs_are_judged`" in markdown(NB)

@@ -93,9 +93,9 @@ def comparison_html(c: E.Comparison):
             for s, a, b in zip(c.seeds, c.values_a, c.values_b)]
     rows.append(["mean, 95 % interval", f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", interval(c)])
     rows.append(["outcome", "", "", c.outcome])
-    head = "".join(f"<th>{escape(h)}</th>" for h in ("seed", c.a, c.b, "B − A"))
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("draw", c.a, c.b, "B − A"))
     body = "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in r) + "</tr>" for r in rows)
-    caption = escape(f"{c.b} (B) against {c.a} (A): final excess per seed (nats)")
+    caption = escape(f"{c.b} (B) against {c.a} (A): final excess per draw (nats)")
     return HTML(f'<table class="table"><caption>{caption}</caption><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table>")
 
@@ -107,7 +107,7 @@ def grid_table() -> tuple[list, list]:
     from .grid import SLICES, configs
 
     have = stored.runs()
-    header = ["slice", "configurations", "seeds each", "runs"]
+    header = ["slice", "configurations", "draws each", "runs"]
     rows = []
     for name in SLICES:
         cs = configs(name)
@@ -121,7 +121,7 @@ def grid_table() -> tuple[list, list]:
         seeds = (
             "–".join(str(n) for n in (counts[0], counts[-1])) if len(counts) > 1 else str(counts[0])
         )
-        label = "ten seeds (seeds 3–9 added)" if name == "ten_seeds" else name.replace("_", " ")
+        label = "ten draws (draws 3–9 added)" if name == "ten_seeds" else name.replace("_", " ")
         rows.append([label, str(len(per)), seeds, str(sum(len(v) for v in per.values()))])
     return header, rows
 
@@ -183,7 +183,7 @@ def sweep_table(rows=(0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-1, 1.0)) -> tuple[l
             v = g[n, e]
             c = v["against_0"]
             cells.append(
-                f"excess {v['mean']:.4f} ({v['seeds']} seeds)"
+                f"excess {v['mean']:.4f} ({v['seeds']} draws)"
                 if c is None
                 else f"{interval(c)}, {c.outcome} ({c.n})"
             )
@@ -297,7 +297,7 @@ TITLES = {
 
 def verdict_table(C: dict) -> tuple[list, list]:
     """(header, rows): per claim its verdict, then each comparison it rests on."""
-    header = ["claim and comparison", "B − A, 95 % interval", "seeds", "outcome"]
+    header = ["claim and comparison", "B − A, 95 % interval", "draws", "outcome"]
     rows, seen = [], set()
     for key, what, c in verdict_rows(C):
         if key not in seen:
@@ -311,7 +311,7 @@ def where_table() -> tuple[list, list]:
     """(header, rows) of :func:`.claims.where_it_holds`."""
     header = [
         "condition",
-        "seeds",
+        "draws",
         "no norm − pre-norm",
         "post − pre-norm",
         "largest gradient norm: pre, post, none",
@@ -339,7 +339,7 @@ def rule_table() -> tuple[list, list]:
         "q₀ (median)",
         "q₀/ε",
         "against ε = 0, 95 % interval",
-        "seeds",
+        "draws",
         "outcome",
     ]
     rows = []
@@ -377,7 +377,7 @@ def floor_table() -> tuple[list, list]:
     """(header, rows): per configuration of the spread, the range of its final excess over the
     arithmetic profiles of one CPU, and which profiles gave the stored run bit for bit."""
     per = SP.metric_spread(E.final_excess)
-    header = ["run (seed 0)", "range of the final excess", "bit for bit with the stored run"]
+    header = ["run (draw 0)", "range of the final excess", "bit for bit with the stored run"]
     rows = []
     for rid, v in per.items():
         same = next(g for g in SP.identical_groups(rid) if "stored" in g)
