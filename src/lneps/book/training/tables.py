@@ -82,22 +82,34 @@ def ratio_text(x: float | None) -> str:
     return sci(x, 1)
 
 
-def comparison_html(c: E.Comparison):
-    """One comparison in full, as an HTML table a notebook shows (an IPython ``HTML`` object):
-    each seed's values and difference, then the mean, its interval and the outcome."""
-    from html import escape
+class HtmlTable:
+    """A table a notebook shows as HTML (``_repr_html_``), and as its rows in plain text
+    elsewhere; so that the lab needs no IPython."""
 
-    from IPython.display import HTML
+    def __init__(self, caption: str, header: list[str], rows: list[list[str]]):
+        self.caption, self.header, self.rows = caption, header, rows
 
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        head = "".join(f"<th>{escape(h)}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in r) + "</tr>" for r in self.rows)
+        return (f'<table class="table"><caption>{escape(self.caption)}</caption><thead><tr>{head}</tr>'
+                f"</thead><tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        return "\n".join([self.caption] + [" | ".join(r) for r in [self.header] + self.rows])
+
+
+def comparison_html(c: E.Comparison) -> HtmlTable:
+    """One comparison in full, as a table a notebook shows in HTML: each draw's values and
+    difference, then the mean, its interval and the outcome."""
     rows = [[str(s), f"{a:.4f}", f"{b:.4f}", signed(b - a)]
             for s, a, b in zip(c.seeds, c.values_a, c.values_b)]
     rows.append(["mean, 95 % interval", f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", interval(c)])
     rows.append(["outcome", "", "", c.outcome])
-    head = "".join(f"<th>{escape(h)}</th>" for h in ("draw", c.a, c.b, "B − A"))
-    body = "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in r) + "</tr>" for r in rows)
-    caption = escape(f"{c.b} (B) against {c.a} (A): final excess per draw (nats)")
-    return HTML(f'<table class="table"><caption>{caption}</caption><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table>")
+    return HtmlTable(f"{c.b} (B) against {c.a} (A): final excess per draw (nats)",
+                     ["draw", c.a, c.b, "B − A"], rows)
 
 
 def grid_table() -> tuple[list, list]:
