@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
 @pytest.fixture(scope="module")
 def pdf(built_pdf):
     code, output = built_pdf
-    assert code == 0, output[-3000:]
+    # the build's own warnings first (they can stand far above the log's last lines)
+    warnings = [line for line in output.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert code == 0, "\n".join(warnings) + "\n" + output[-3000:]
     assert PDF.is_file()
     text = subprocess.run(["pdftotext", "-layout", str(PDF), "-"], check=True,
                           capture_output=True, text=True).stdout
