@@ -102,13 +102,17 @@ FULL = (
     "tests/testing/test_testing_estimate.py::test_the_shortcuts_decide_as_the_exact_path_does[bfloat16]",
     "tests/testing/test_testing_estimate.py::test_the_shortcuts_decide_as_the_exact_path_does[<class 'numpy.float32'>]",
     # a correct two-pass kernel within the bound at large d in float32: d = 8 and 64 stay
-    *(f"tests/testing/test_testing.py::test_a_correct_two_pass_kernel_stays_within_the_bound[{case}]"
+    *(f"tests/testing/test_two_pass.py::test_a_correct_two_pass_kernel_stays_within_the_bound[{case}]"
       for case in ("4096-2-<class 'numpy.float32'>", "768-8-<class 'numpy.float32'>")),
 )
+# Whole files: printing the book to PDF (`make pdf`, about 50 s of one worker; the pages' links,
+# the PDF button's absence without it included, stay in make test).
+FULL_FILES = ("tests/rendered/test_pdf.py",)
 
 
 def _is_full(nodeid: str) -> bool:
-    return any(nodeid == f or nodeid.startswith(f + "[") for f in FULL)
+    return (any(nodeid == f or nodeid.startswith(f + "[") for f in FULL)
+            or nodeid.split("::")[0] in FULL_FILES)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
