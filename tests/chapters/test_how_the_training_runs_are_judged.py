@@ -1,7 +1,7 @@
 """The appendix "How the training runs are judged": the lab in full, the paired test, the
 arithmetic floor, one comparison in full and the tables the training chapter summarizes, each
 number recomputed from the stored runs with json and NumPy (the helpers of
-test_chapter_training.py, which state how), and its place in the appendix."""
+tests/training_runs.py, which state how), and its place in the appendix."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import test_chapter_training as T
+import training_runs as T
 from lneps.book.printing import sci
 from notebooks import glued, markdown, read
 
@@ -44,7 +44,7 @@ def test_it_is_in_the_appendix_after_the_tolerance():
 
 
 def test_the_chapter_links_here():
-    chapter = markdown(T.NB)
+    chapter = markdown("training.ipynb")
     assert "{doc}`how_the_training_runs_are_judged`" in chapter
     text = markdown(NB)
     for label in ("judged-autocast", "judged-sweep", "judged-where", "judged-probe",
