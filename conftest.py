@@ -43,11 +43,15 @@ def _reads_network(path: str) -> bool:
 
 def _group(path: str) -> str:
     """What must run in one process, in collection order: a test file, or a notebook's cells
-    (one kernel). And one group for the network and the build: the network's notebook fills
-    its cache, the test files that read it follow (computing it again costs 40 s), and the test
-    files of the rendered book share one `make book` (two at once would write one _build)."""
-    if path == "book/trained_network.ipynb" or _reads_network(path) or _uses_build(path):
-        return "the trained network and the rendered book"
+    (one kernel). One group for the network: its notebook fills its cache, the test files that
+    read it follow (computing it again costs 40 s). One for the build: the test files of the
+    rendered book share one `make book` (two at once would write one _build). No test file
+    does both (tests/tools/test_conftest.py holds that), so two workers take them side by
+    side."""
+    if path == "book/trained_network.ipynb" or _reads_network(path):
+        return "the trained network"
+    if _uses_build(path):
+        return "the rendered book"
     return path
 
 
