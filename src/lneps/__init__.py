@@ -29,16 +29,18 @@ __version__ = "0.1.0"
 
 from .backward import layer_norm_backward, layer_norm_eps_derivative, rms_norm_backward
 from .jacobian import *  # noqa: F403
-from .jacobian import __all__ as _jacobian_all
 from .norms import batch_norm, group_norm, layer_norm, rms_norm, rms_norm_default_eps
 from .softmax import *  # noqa: F403
-from .softmax import __all__ as _softmax_all
 
 _SUBMODULES = ("testing", "families", "norms", "backward", "jacobian", "softmax", "naive", "formats", "kernel",
                "oracle", "book")
 
-__all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps", *_jacobian_all,
-           *_softmax_all, "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]
+# (The modules' __all__ read through importlib: their star imports above bind the names
+# `jacobian` and `softmax` to functions.)
+__all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm", "rms_norm_default_eps",
+           *importlib.import_module(".jacobian", __name__).__all__,
+           *importlib.import_module(".softmax", __name__).__all__,
+           "layer_norm_backward", "rms_norm_backward", "layer_norm_eps_derivative"]
 
 
 def __getattr__(name):

@@ -54,7 +54,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import as_float_array, check_affine, check_axis, check_eps, check_float_dtype
-from .kernel import gradients as _gradients
+from .kernel.gradients import layer_norm_gradients, rms_norm_gradients
 from .norms import rms_norm_default_eps
 from .formats import DTYPES
 from .naive import rounded_sum
@@ -141,7 +141,7 @@ def _correctly_rounded(kind, arr, g, gam, eps, axis, out_dtype):
     x2 = rows.reshape(-1, d)
     g2 = np.moveaxis(g, axis, -1).reshape(-1, d)
     gv = None if gam is None else (gam if gam.ndim == 0 else gam.reshape(-1))
-    f = _gradients.layer_norm_gradients if kind == "layer" else _gradients.rms_norm_gradients
+    f = layer_norm_gradients if kind == "layer" else rms_norm_gradients
     out = f(x2, g2, gv, eps=eps, dtype=out_dtype)
     return (np.moveaxis(out[0].reshape(shape), -1, axis), *out[1:])
 

@@ -11,17 +11,16 @@ The work is done in one module per idea, re-exported here:
 * :mod:`lneps.book.printing`: the text tables that print them.
 """
 
+from .. import formats, naive
+from . import survey
 from ..formats import *  # noqa: F403
-from ..formats import __all__ as _formats_all
 from ..oracle import layer_norm_exact, layer_norm_value, rms_norm_exact, rms_norm_value
 from .printing import fmt_ulp, text_table
 from ..naive import *  # noqa: F403
-from ..naive import __all__ as _naive_all
 from .survey import *  # noqa: F403
-from .survey import __all__ as _survey_all
 
 # (The oracle's own layer_norm and rms_norm stay lneps.oracle's: here they would read as the
 # package's.)
 _oracle_all = ["layer_norm_exact", "rms_norm_exact", "layer_norm_value", "rms_norm_value"]
-__all__ = [*_formats_all, *_naive_all, *_oracle_all, *_survey_all,
+__all__ = [*formats.__all__, *naive.__all__, *_oracle_all, *survey.__all__,
            "fmt_ulp", "text_table"]

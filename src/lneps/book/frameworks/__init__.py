@@ -14,11 +14,9 @@ Nothing here imports a framework (``tools/measure_frameworks.py`` runs them). Mo
 """
 
 # Each module's public names, re-exported: the package's face is the union of the three.
+from . import data_files, findings, measured
 from .findings import *  # noqa: F403
-from .findings import __all__ as _findings_all
 from .measured import *  # noqa: F403
-from .measured import __all__ as _measured_all
 from .data_files import *  # noqa: F403
-from .data_files import __all__ as _stored_all
 
-__all__ = [*_measured_all, *_stored_all, *_findings_all]
+__all__ = [*measured.__all__, *data_files.__all__, *findings.__all__]

@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import backward as _backward
+from ...backward import layer_norm_backward, rms_norm_backward
 from ... import norms
 from ..._checks import check_axis, check_eps
 from ...formats import format_of, ulp
@@ -166,9 +166,9 @@ class _Rows:
         """The gradient wrt, correctly rounded to float64 by lneps: (n, d) or (d,)."""
         with np.errstate(all="ignore"):
             if self.layer:
-                grads = _backward.layer_norm_backward(self.X, self.G, self.gam, eps=self.eps)
+                grads = layer_norm_backward(self.X, self.G, self.gam, eps=self.eps)
             else:
-                grads = _backward.rms_norm_backward(self.X, self.G, self.gam, eps=self.eps)
+                grads = rms_norm_backward(self.X, self.G, self.gam, eps=self.eps)
         return np.asarray(getattr(grads, self.wrt), dtype=np.float64)
 
     def back(self, a):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import families as _registry
 from ..._checks import check_float_dtype, check_positive_int
-from ...families import Family
+from ...families import FAMILIES, HARD, Family, names
 from .arguments import FORMATS, FORMAT_NAMES
 
 __all__ = ["Family", "families"]
@@ -58,11 +57,11 @@ def families(dtype, d, *, rows=64, seed=0, kinds=None) -> dict[str, Family]:
     if dt not in FORMATS:
         raise TypeError(f"dtype must be {FORMAT_NAMES}; got {dt}")
     d, rows = check_positive_int(d, "d"), check_positive_int(rows, "rows")
-    wanted = _registry.HARD if kinds is None else _registry.names(kinds)
-    index = {name: k for k, name in enumerate(_registry.FAMILIES)}  # a family's seed index
+    wanted = HARD if kinds is None else names(kinds)
+    index = {name: k for k, name in enumerate(FAMILIES)}  # a family's seed index
     out = {}
     for name in wanted:
-        fam = _registry.FAMILIES[name]
+        fam = FAMILIES[name]
         if not (fam.even_d and d % 2):
             out[name] = fam.draw(np.random.default_rng([seed, index[name]]), d, rows, dt)
     return out
