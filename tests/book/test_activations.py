@@ -24,7 +24,9 @@ def test_float16_sum_of_squares_matches_a_written_out_pairwise_sum():
 
 def test_site_summary_against_plain_numpy():
     rng = np.random.default_rng(5)
-    x = (rng.normal(size=(300, 384)) * rng.uniform(0.01, 3, size=(300, 1)) + rng.normal(size=(300, 1))).astype(np.float32)
+    x = (rng.normal(size=(300, 384)) * rng.uniform(0.01, 3, size=(300, 1)) + rng.normal(size=(300, 1))).astype(
+        np.float32
+    )
     s = A.site_summary(x, 1e-12)
     x64 = x.astype(np.float64)
     q = ((x64 - x64.mean(1, keepdims=True)) ** 2).mean(1)
@@ -34,7 +36,7 @@ def test_site_summary_against_plain_numpy():
     assert s["abs_v_max"] == pytest.approx(np.abs(x64 - x64.mean(1, keepdims=True)).max(), rel=1e-12)
     assert s["sumsq_max"] == pytest.approx(384 * q.max(), rel=1e-12)
     assert s["gain_max"] == pytest.approx((q.min() + 1e-12) ** -0.5, rel=1e-12)
-    every = A.float16_sum_of_squares(x)          # all tokens, not only the candidates
+    every = A.float16_sum_of_squares(x)  # all tokens, not only the candidates
     assert s["sumsq_f16_max"] == every.max() and s["sumsq_f16_argmax"] == int(np.argmax(every))
     with pytest.raises(ValueError, match="tokens, d"):
         A.site_summary(np.ones(3), 1e-5)
@@ -51,8 +53,16 @@ def test_measurements_cover_every_sentence_and_site():
     assert len(m.sites) == 13 and m.eps == 1e-12
     assert m.lengths.size == len(sentences()) and all(x.shape == (m.lengths.sum(), 384) for x in m.sites.values())
     assert m.subset.tolist() == list(range(0, len(sentences()), 10))
-    assert set(m.runs) == {"float32", "eps=1e-06", "eps=1e-05", "eps=0.001", "eps=0.1", "float16 naive",
-                           "float16, exact LayerNorm", "bfloat16 naive"}
+    assert set(m.runs) == {
+        "float32",
+        "eps=1e-06",
+        "eps=1e-05",
+        "eps=0.001",
+        "eps=0.1",
+        "float16 naive",
+        "float16, exact LayerNorm",
+        "bfloat16 naive",
+    }
     np.testing.assert_array_equal(m.runs["float32"], m.embeddings[m.subset])
 
 

@@ -13,8 +13,6 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from lneps.book import defaults, eps_tables
 from lneps.book.defaults import by_key
@@ -249,16 +247,21 @@ DEFAULTS_FILE, NOTE_FILE = "framework_defaults.toml", "stability_note_table.toml
 
 @pytest.mark.parametrize("name, old, new, message", [
     (DEFAULTS_FILE, 'cite = "pytorch-layernorm"\n', "", r"row 1 \('torch-layernorm'\): missing field 'cite'"),
-    (DEFAULTS_FILE, 'kind = "LayerNorm"\n', 'kind = "BatchNorm"\n', r"row 1 \('torch-layernorm'\): kind must be one of"),
+    (DEFAULTS_FILE, 'kind = "LayerNorm"\n', 'kind = "BatchNorm"\n',
+     r"row 1 \('torch-layernorm'\): kind must be one of"),
     (DEFAULTS_FILE, "library_default = 1e-5\n", "library_default = -1e-5\n", r"row 1 .*positive finite"),
-    (DEFAULTS_FILE, "library_default = 1e-5\n", "library_default = true\n", r"row 1 .*'library_default' has the wrong type"),
+    (DEFAULTS_FILE, "library_default = 1e-5\n", "library_default = true\n",
+     r"row 1 .*'library_default' has the wrong type"),
     (DEFAULTS_FILE, 'library_default = "None"\n', 'library_default = "none"\n', r"row 2 \('torch-rmsnorm'\).*\"None\""),
-    (DEFAULTS_FILE, 'note = "biased variance', 'notes = "biased variance', r"row 1 \('torch-layernorm'\): unknown field\(s\) \['notes'\]"),
+    (DEFAULTS_FILE, 'note = "biased variance', 'notes = "biased variance',
+     r"row 1 \('torch-layernorm'\): unknown field\(s\) \['notes'\]"),
     (DEFAULTS_FILE, 'key = "keras-layernorm"', 'key = "torch-layernorm"', r"repeated key\(s\) \['torch-layernorm'\]"),
-    (DEFAULTS_FILE, 'attribute_dtype = "float32"', 'attribute_dtype = "float33"', r"row 6 \('onnx-layernorm'\): attribute_dtype"),
+    (DEFAULTS_FILE, 'attribute_dtype = "float32"', 'attribute_dtype = "float33"',
+     r"row 6 \('onnx-layernorm'\): attribute_dtype"),
     (DEFAULTS_FILE, "  value = 1e-12\n", '  value = "1e-12"\n', r"row 7 \('hf-bert'\), released 1: field 'value'"),
     (DEFAULTS_FILE, "[[row]]\nkey = \"flax-rmsnorm\"", "[[row]\nkey = \"flax-rmsnorm\"", "not valid TOML"),
-    (NOTE_FILE, 'matches = "hf-mistral"', 'matches = "hf-mistrall"', r"row 4 \('Mistral \(RMSNorm\)'\): matches 'hf-mistrall'"),
+    (NOTE_FILE, 'matches = "hf-mistral"', 'matches = "hf-mistrall"',
+     r"row 4 \('Mistral \(RMSNorm\)'\): matches 'hf-mistrall'"),
     (NOTE_FILE, "eps = 1e-12\n", "eps = 0.0\n", r"row 6 \('BERT \(LayerNorm\)'\): epsilon must be a positive finite"),
     (NOTE_FILE, 'names = "GPT-2"\n', "", r"row 5 \('GPT-2 \(LayerNorm\)'\): missing field 'names'"),
     (NOTE_FILE, "eps = 1e-3\n", "eps = inf\n", r"row 2 .*positive finite"),

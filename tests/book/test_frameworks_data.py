@@ -174,7 +174,8 @@ def test_eps_is_kept_in_float32_and_rmsnorm_default():
             if "zeros_row" in e:
                 assert e["zeros_row"] == [0.0] * 8, key
     eh = DATA["torch"]["eps_handling"]
-    for dtype, best in (("float16", "float32"), ("bfloat16", "float32"), ("float32", "float32"), ("float64", "float64")):
+    pairs = (("float16", "float32"), ("bfloat16", "float32"), ("float32", "float32"), ("float64", "float64"))
+    for dtype, best in pairs:
         assert eh[f"torch.nn.RMSNorm(eps=None) | {dtype}"]["best"] == f"finfo({best}).eps"
 
 
@@ -194,9 +195,13 @@ def test_chapter_numbers_match_the_data():
     assert g["c60k_out"] == -2048.0 and g["fma_out"] == -2048.0 and g["cbf_out"] == -0.875
     assert g["nn_rel"] == pytest.approx(1 - math.sqrt((2e-4 + 1e-6) / (2e-4 + 1e-4)))
     assert g["ap_sum"] == pytest.approx(9e-6 / (4e-4 + 1e-6)) and g["ap_rsqrt"] == pytest.approx(0.011, abs=5e-4)
-    assert g["ann0"] == pytest.approx(0.75 / (math.sqrt(0.25) + 1e-6)) and g["ln0"] == pytest.approx(0.75 / math.sqrt(0.1875 + 1e-5))
+    assert g["ann0"] == pytest.approx(0.75 / (math.sqrt(0.25) + 1e-6)) and g["ln0"] == pytest.approx(
+        0.75 / math.sqrt(0.1875 + 1e-5)
+    )
     assert g["rms_none_float16"] == "finfo(float32).eps"
-    assert g["ref16_nan"] == sum(a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values())
+    assert g["ref16_nan"] == sum(
+        a["nan"] for a in FW.by_family(DATA["onnx_reference"], "layer_norm", "float16").values()
+    )
     a = glued("measurement_tables.ipynb")
     fam = FW.aggregate(t, op="layer_norm", dtype="float16", family="mean_6e4")
     assert a["t16_6e4_wrong"] == pytest.approx(1 - fam["correct"] / fam["n"])
@@ -207,10 +212,10 @@ def test_variance_read_back_from_the_outputs():
     iv = {fw: d["implied_variance"] for fw, d in DATA.items()}
     worst = lambda fw, op: max(v["max_rel_error"] for v in iv[fw].values() if v["op"] == op)
     assert all(v["rows"] >= 40 for d in iv.values() for v in d.values())
-    assert worst("onnxruntime", "layer_norm") < 1e-5       # not a float32 one-pass variance
+    assert worst("onnxruntime", "layer_norm") < 1e-5  # not a float32 one-pass variance
     assert worst("flax", "layer_norm_two_pass") < 1e-5
-    assert worst("torch", "layer_norm") < 1e-3             # Welford in float32
-    assert worst("flax", "layer_norm") > 0.5               # E[x^2] - E[x]^2 at mean 6e4
+    assert worst("torch", "layer_norm") < 1e-3  # Welford in float32
+    assert worst("flax", "layer_norm") > 0.5  # E[x^2] - E[x]^2 at mean 6e4
 
 
 def test_compare_tells_a_moved_reference_from_a_moved_framework():
@@ -219,7 +224,9 @@ def test_compare_tells_a_moved_reference_from_a_moved_framework():
     new["results"][0]["correct"] -= 1  # same output digest, different summary
     c = FW.compare(new, old)
     assert c["identical"] == len(old["results"]) and c["differ"] == []
-    assert [e["key"] for e in c["reference_moved"]] == [tuple(new["results"][0][k] for k in ("op", "dtype", "family", "d", "eps"))]
+    assert [e["key"] for e in c["reference_moved"]] == [
+        tuple(new["results"][0][k] for k in ("op", "dtype", "family", "d", "eps"))
+    ]
 
 
 def test_stored_data_was_measured_against_the_correctly_rounded_reference():
@@ -250,7 +257,10 @@ def test_worst_scaled_is_lneps_testing_scaled_error():
             row = FW.find(d, op=p["op"], dtype=p["dtype"], family=p["row"], d=8, eps=p["eps"])
             op = "rms_norm" if p["op"] == "rms_norm" else "layer_norm"
             assert len(row) == 1, key
-            assert row[0]["worst_scaled"] == lneps.testing.compare(y, x=x, op=op, eps=p["eps"]).max_ulp_scaled, (fw, key)
+            assert row[0]["worst_scaled"] == lneps.testing.compare(y, x=x, op=op, eps=p["eps"]).max_ulp_scaled, (
+                fw,
+                key,
+            )
 
 
 def test_summary_rows_and_the_eps_rule():
@@ -294,8 +304,9 @@ def test_spread_has_its_provenance_and_every_framework():
     for fw, sec in sp["frameworks"].items():
         stored = DATA[fw]
         # the versions measured are the stored files' (and so the pinned ones)
-        assert sec["versions"] == {k: v for k, v in stored["versions"].items()
-                                   if k not in ("cpu_capability", "numpy", "ml_dtypes", "python")}, fw
+        assert sec["versions"] == {
+            k: v for k, v in stored["versions"].items() if k not in ("cpu_capability", "numpy", "ml_dtypes", "python")
+        }, fw
         assert all({"name", "env", "cpu", "cpu_flags", "effective"} <= set(p) for p in sec["profiles"]), fw
         assert len({p["name"] for p in sec["profiles"]}) == len(sec["profiles"]), fw
         assert sec["reference_moved"] == [], fw  # counts made against the same reference as the stored ones
@@ -314,7 +325,7 @@ def test_spread_includes_the_stored_measurement_row_by_row():
         for r in stored["results"]:
             s = rows[(r["op"], r["dtype"], r["family"], r["d"], r["eps"])]
             out = s["outputs"][s["by_profile"][0]]
-            assert out["sha256"] == r["sha256"][:tool.DIGEST_CHARS] and s["n"] == r["n"]
+            assert out["sha256"] == r["sha256"][: tool.DIGEST_CHARS] and s["n"] == r["n"]
             assert {c: out[c] for c in s["spread"]} == {c: r[c] for c in tool.SPREAD_COUNTS if c in r}
 
 
@@ -330,8 +341,9 @@ def test_spread_covers_the_profiles_ci_and_the_issue_run():
     assert all(v2 in e for e in envs.values())
     caps = {p["effective"].get("cpu_capability") for p in sp["frameworks"]["torch"]["profiles"]}
     assert {"AVX512", "AVX2", "DEFAULT"} <= caps
-    row = next(r for r in sp["frameworks"]["flax"]["rows"]
-               if (r["op"], r["dtype"], r["family"], r["d"], r["eps"]) == ISSUE_ROW)
+    row = next(
+        r for r in sp["frameworks"]["flax"]["rows"] if (r["op"], r["dtype"], r["family"], r["d"], r["eps"]) == ISSUE_ROW
+    )
     assert row["spread"]["correct"] >= 16909 - 15702  # stored (AVX-512) against AVX2, the issue's numbers
 
 
@@ -346,8 +358,9 @@ def test_spread_numbers_quoted_by_the_remeasuring_tests():
     # stored (AVX-512), AVX2, AVX, SSE4.2
     assert [o["correct"] for o in issue["outputs"]] == [16909, 15702, 14944, 17186]
     assert issue["spread"]["correct"] == 2242
-    moved_inf = {(r["d"], r["spread"]["inf"]) for sec in sp["frameworks"].values() for r in sec["rows"]
-                 if r["spread"]["inf"]}
+    moved_inf = {
+        (r["d"], r["spread"]["inf"]) for sec in sp["frameworks"].values() for r in sec["rows"] if r["spread"]["inf"]
+    }
     assert moved_inf == {(100, 15188 - 10688), (768, 20033 - 9216)}
     assert not any(r["spread"]["nan"] for sec in sp["frameworks"].values() for r in sec["rows"])
     held = {k: tool.held_out(fl, k) for k in (1, 2, 3)}

@@ -182,7 +182,8 @@ def test_an_output_no_profile_produced_is_judged_by_the_spread(spread):
             key, ys = (op, dtype, family, d, eps), y[bounds[k]:bounds[k + 1]]
             counts = blocks.summary(op, dtype, family, d, eps, ys)
             assert not beyond_tolerance(rows[key], stored[key], counts), key
-            known = {o["sha256"]: o for o in rows[key]["outputs"]}.get(FW.output_digest(ys)[:framework_spread.DIGEST_CHARS])
+            digest = FW.output_digest(ys)[: framework_spread.DIGEST_CHARS]
+            known = {o["sha256"]: o for o in rows[key]["outputs"]}.get(digest)
             if known is not None:
                 assert counts == {c: known[c] for c in counts}, key
             checked += 1

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-from matplotlib.lines import Line2D
 from matplotlib.testing.compare import compare_images
 from PIL import Image
 

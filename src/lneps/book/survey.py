@@ -128,8 +128,8 @@ def oracle_survey(methods: dict, *, eps, dtype, ds, rng, kind: str = "layer", fa
     For every family and d, ``elements // d`` rows are drawn (:func:`family_rows`, stored in
     ``dtype``); ``methods[name](x)`` must return the normalized rows. Returns
     ``{(name, family, d): Accuracy}``, with ``beyond`` counted against
-    :func:`lneps.testing.two_pass_bound` for layer norm in 16- and 32-bit formats. ``counts`` (a dict), if given, accumulates
-    ``elements`` and ``exact``: how many the oracle had to decide in exact arithmetic.
+    :func:`lneps.testing.two_pass_bound` for layer norm in 16- and 32-bit formats. ``counts``
+    (a dict), if given, accumulates ``elements`` and ``exact``: how many the oracle had to decide in exact arithmetic.
     """
     from .. import oracle  # the oracle is slow to import for nothing else
     from .. import testing

@@ -58,7 +58,8 @@ def vjp_claim_holds(result=None) -> bool:
     r"""Whether SymPy's coefficients equal the claim
     :math:`(\hat g - \operatorname{mean}(\hat g)\mathbf 1 - u\operatorname{mean}(\hat g\odot u))/\sqrt{q+\varepsilon}`,
     i.e. :math:`c_P = 1/s` (since :math:`P\hat g = \hat g - \operatorname{mean}(\hat g)\mathbf 1`)
-    and :math:`c_v = -\hat g\cdot v/(d s^3)` (since :math:`u\operatorname{mean}(\hat g\odot u) = v\,(\hat g\cdot v)/(d s^2)`)."""
+    and :math:`c_v = -\hat g\cdot v/(d s^3)`
+    (since :math:`u\operatorname{mean}(\hat g\odot u) = v\,(\hat g\cdot v)/(d s^2)`)."""
     r = vjp_in_invariants() if result is None else result
     s = sp.sqrt(Q + EPS)
     return (sp.simplify(r["Pg"] - 1 / s) == 0

@@ -125,9 +125,10 @@ def compare(new: dict, old: dict, *, share_tol: float = 0.0, ulp_rtol: float = 0
 
     Returns ``{"same_machine", "identical", "differ", "missing", "reference_moved"}``:
     ``identical`` counts rows whose output digests agree (``reference_moved`` lists those among
-    them whose summary changed all the same: the reference, not the framework, moved); ``differ`` lists the rows whose share of correct outputs moved
-    by more than ``share_tol`` or whose worst ulp moved by more than ``ulp_rtol`` (relative),
-    or whose NaN/inf counts changed; ``missing`` lists keys present in only one of the two.
+    them whose summary changed all the same: the reference, not the framework, moved);
+    ``differ`` lists the rows whose share of correct outputs moved by more than ``share_tol``
+    or whose worst ulp moved by more than ``ulp_rtol`` (relative), or whose NaN/inf counts
+    changed; ``missing`` lists keys present in only one of the two.
     ``same_machine`` says whether the CPU flags and the framework versions agree.
     """
     key = lambda r: (r["op"], r["dtype"], r["family"], r["d"], r["eps"])
