@@ -13,18 +13,13 @@ float32 on every sentence, keeping the 13 LayerNorm inputs, and then, on every
 the defined arithmetic of :mod:`lneps.book.minilm`, so the results are functions of the model file,
 the sentences and this package's code alone, the same bits on every machine; they are cached on
 disk under a key made of the three (the model file's SHA-256 first, as its installer recorded
-it: :func:`lneps.book.minilm.model_sha256`), in the folder ``$LNEPS_CACHE_DIR`` names (the book's
-Makefile sets it to ``_build/lneps-cache``): a second run reads them back instead of
-recomputing them.
+it: :func:`lneps.book.minilm.model_sha256`), by :mod:`lneps.book.result_cache`: a second run
+reads them back instead of recomputing them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +27,7 @@ import numpy as np
 
 from .._checks import check_eps, check_positive_int
 from ..naive import rounded_sum
+from . import result_cache
 
 __all__ = [
     "F16_MAX",
@@ -146,22 +142,11 @@ class Measurements:
     from_cache: bool
 
 
-def _code_digest() -> str:
-    # The whole package's source: the passes run on lneps.book.minilm and correctly_rounded,
-    # which use lneps.kernel's rounding and lneps.oracle.
-    h = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]
-    for path in sorted(package.rglob("*.py")):
-        h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
-    return h.hexdigest()
-
-
 def _key(model_sha: str, sentences, subset_step: int) -> str:
-    h = hashlib.sha256()
-    for part in (str(CACHE_VERSION), model_sha, "\n".join(sentences), str(subset_step),
-                 np.__version__, _code_digest()):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:24]
+    # the package's code too (result_cache.key): the passes run on lneps.book.minilm and
+    # exact_ops, which use lneps.kernel's rounding and lneps.oracle
+    return result_cache.key(str(CACHE_VERSION), model_sha, "\n".join(sentences), str(subset_step),
+                            np.__version__)
 
 
 def _one_blas_thread():
@@ -205,18 +190,15 @@ def _compute_all(model, sentences, subset_step):
 
 
 def _write(folder: Path, arrays: dict, meta: dict) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
-    try:
+    def write(tmp: Path) -> None:
         for name, a in arrays.items():
             np.save(tmp / f"{name}.npy", a)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, folder)  # atomic: a reader sees all of it or none
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another run got there first, or no space
+
+    result_cache.write_folder(folder, write)
 
 
-_FROM_ENV = "$LNEPS_CACHE_DIR"
+_FROM_ENV = result_cache.FROM_ENV
 
 
 def measure(sentences, *, model=None, cache_dir=_FROM_ENV, subset_step: int = 10,
@@ -237,8 +219,7 @@ def measure(sentences, *, model=None, cache_dir=_FROM_ENV, subset_step: int = 10
     if not sentences:
         raise ValueError("sentences is empty")
     subset_step = check_positive_int(subset_step, "subset_step")
-    if cache_dir is _FROM_ENV:
-        cache_dir = os.environ.get("LNEPS_CACHE_DIR") or None
+    cache_dir = result_cache.cache_dir(cache_dir)
     folder = minilm.model_directory(None if model is None else model.directory)
     sha = minilm.model_sha256(folder)
     target = None if cache_dir is None else Path(cache_dir) / f"minilm-{_key(sha, sentences, subset_step)}"
