@@ -41,17 +41,26 @@ def _reads_network(path: str) -> bool:
     return _mentions(path, r"from network_data import .*\bmeasurements\b")
 
 
+@functools.cache
+def _grades_the_zoo(path: str) -> bool:
+    """A notebook that grades the kernel zoo (lneps.book.zoo_grades.grade, kept in the cache)."""
+    return path.endswith(".ipynb") and "zoo_grades.grade(" in (ROOT / path).read_text()
+
+
 def _group(path: str) -> str:
     """What must run in one process, in collection order: a test file, or a notebook's cells
     (one kernel). One group for the network: its notebook fills its cache, the test files that
     read it follow (computing it again costs 40 s). One for the build: the test files of the
     rendered book share one `make book` (two at once would write one _build). No test file
     does both (tests/tools/test_conftest.py holds that), so two workers take them side by
-    side."""
+    side. One for the notebooks that grade the kernel zoo: the first keeps the grades in the
+    cache (lneps.book.result_cache), the others read them (grading again costs 15 s)."""
     if path == "book/trained_network.ipynb" or _reads_network(path):
         return "the trained network"
     if _uses_build(path):
         return "the rendered book"
+    if _grades_the_zoo(path):
+        return "the kernel zoo"
     return path
 
 

@@ -178,3 +178,13 @@ def test_grade_returns_the_table():
     assert by["one pass in float32"]["caught_by"].startswith("bound")
     text = zg.table_text(rows)
     assert "unbiased (d - 1) variance" in text and "worst err/bound" in text
+
+
+def test_grades_read_back_from_the_cache_are_the_grades(tmp_path, monkeypatch):
+    monkeypatch.delenv("LNEPS_CACHE_DIR", raising=False)
+    fresh = zg.grade(dtypes=(np.float16,), ds=(8,), eps_values=(1e-5,))
+    monkeypatch.setenv("LNEPS_CACHE_DIR", str(tmp_path))
+    kept = zg.grade(dtypes=(np.float16,), ds=(8,), eps_values=(1e-5,))
+    again = zg.grade(dtypes=(np.float16,), ds=(8,), eps_values=(1e-5,))
+    assert fresh == kept == again and len(list(tmp_path.iterdir())) == 1
+    assert zg.grade(dtypes=(BF16,), ds=(8,), eps_values=(1e-5,)) != fresh  # another key

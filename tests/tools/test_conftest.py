@@ -24,3 +24,5 @@ def test_no_test_file_both_reads_the_network_and_uses_the_build(pytestconfig):
     assert groups["tests/chapters/test_chapter_practical_guide.py"] == "the trained network"
     assert groups["tests/rendered/test_guide_page.py"] == "the rendered book"
     assert root._group("book/trained_network.ipynb") == "the trained network"
+    zoo = [p for p in glob.glob("book/*.ipynb", root_dir=ROOT) if root._group(p) == "the kernel zoo"]
+    assert {"book/testing_a_kernel.ipynb", "book/how_the_tolerance_is_derived.ipynb"} <= set(zoo)

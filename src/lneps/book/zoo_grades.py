@@ -12,6 +12,7 @@ whole zoo on the whole grid, and :func:`table_text` prints the result.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,9 +21,32 @@ import lneps
 from lneps import testing as lt
 from lneps.testing import ScaleTest, forward_bound
 
+from . import result_cache
 from .kernel_zoo import BF16, F64, ZOO
 
 __all__ = ["scaled_error", "Case", "make_case", "grade_case", "grade", "table_text"]
+
+
+def _kept_in_cache(fn):
+    """``fn``'s result kept by :mod:`lneps.book.result_cache`: two pages grade the same zoo on
+    the same grid (15 s each), and the grades are a function of the arguments and the package's
+    code alone. Formats are keyed by name and kernels by their names."""
+
+    def spelled(name, value):
+        if name == "dtypes":
+            return repr([np.dtype(t).name for t in value])
+        if name == "zoo":
+            return repr([k.name for k in value])
+        return repr(value)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        parts = [f"{n}={spelled(n, v)}" for n, v in bound.arguments.items()]
+        return result_cache.cached_json(f"zoo-{fn.__name__}", parts, lambda: fn(*args, **kwargs))
+
+    return wrapper
 
 
 def scaled_error(actual, exact, gamma, dtype):
@@ -109,6 +133,7 @@ def grade_case(kernel, case):
     )
 
 
+@_kept_in_cache
 def grade(
     dtypes=(np.float16, BF16, np.float32),
     ds=(8, 64, 768, 4096),
