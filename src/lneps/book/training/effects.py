@@ -13,7 +13,9 @@ seed differ only by the configuration: :func:`compare` takes the per-seed differ
   :data:`ALPHA` (after Holm), :math:`\Delta` the metric's margin :data:`MARGINS`, fixed before
   the ten-seed runs were made: the 90 % interval lies inside :math:`(-\Delta, \Delta)`;
 * ``"undecided"``: neither. With few seeds most small differences are undecided, and the
-  book says so rather than reading a miss as "the same".
+  book says so rather than reading a miss as "the same". A comparison made with
+  ``min_draws`` (the verdicts use :data:`MIN_DRAWS`) is undecided below that many draws,
+  whatever its tests say: a verdict rests on at least ten paired draws.
 
 The margin for the losses is 0.002 nats: a 0.2 % change of perplexity, the size of the offset
 between the chain's entropy rate and its own held-out loss (a difference no model can remove,
@@ -47,6 +49,7 @@ from . import stored
 
 __all__ = [
     "ALPHA",
+    "MIN_DRAWS",
     "MARGINS",
     "OUTCOMES",
     "METRICS",
@@ -69,6 +72,8 @@ __all__ = [
 ]
 
 ALPHA = 0.05
+#: The fewest paired draws a verdict of the book rests on (``compare(..., min_draws=...)``).
+MIN_DRAWS = 10
 OUTCOMES = ("effect", "equivalent", "undecided")
 _NATS = 0.002
 #: The equivalence margin per metric, fixed in advance (see the module's docstring).
@@ -246,6 +251,8 @@ class Comparison:
     family: str = ""
     p_adjust: float | None = None
     p_tost_adjust: float | None = None
+    #: Below this many draws the outcome is ``"undecided"`` (0: no minimum).
+    min_draws: int = 0
 
     @property
     def n(self) -> int:
@@ -329,7 +336,10 @@ class Comparison:
 
     @property
     def outcome(self) -> str:
-        """``"effect"``, ``"equivalent"`` or ``"undecided"`` (see the module)."""
+        """``"effect"``, ``"equivalent"`` or ``"undecided"`` (see the module); undecided
+        below :attr:`min_draws` draws."""
+        if self.n < self.min_draws:
+            return "undecided"
         p = self.p if self.p_adjust is None else self.p_adjust
         pt = self.p_tost if self.p_tost_adjust is None else self.p_tost_adjust
         if p < ALPHA and abs(self.diff) > self.floor:
@@ -372,6 +382,7 @@ class Comparison:
             "margin": self.margin,
             "floor": self.floor,
             "outcome": self.outcome,
+            "min_draws": self.min_draws,
             "family": self.family,
         }
 
@@ -393,12 +404,16 @@ def paired(
     a: str = "A",
     b: str = "B",
     seeds=None,
+    min_draws: int = 0,
 ) -> Comparison:
-    """A :class:`Comparison` from per-seed values (same order: seed i of A with seed i of B).
+    """A :class:`Comparison` from per-seed values (same order: seed i of A with seed i of B);
+    undecided below ``min_draws`` draws.
 
     >>> c = paired([1.0, 2.0, 3.0, 4.0], [1.1, 2.1, 3.2, 4.0], margin=0.5)
     >>> round(c.diff, 3), c.outcome
     (0.1, 'equivalent')
+    >>> paired([1.0, 2.0, 3.0, 4.0], [1.1, 2.1, 3.2, 4.0], margin=0.5, min_draws=10).outcome
+    'undecided'
     """
     va, vb = tuple(float(v) for v in values_a), tuple(float(v) for v in values_b)
     if len(va) != len(vb) or not va:
@@ -408,7 +423,8 @@ def paired(
     if not margin > 0:
         raise ValueError(f"margin must be positive; got {margin}")
     seeds = tuple(range(len(va))) if seeds is None else tuple(seeds)
-    return Comparison(metric, a, b, seeds, va, vb, float(margin), float(floor))
+    return Comparison(metric, a, b, seeds, va, vb, float(margin), float(floor),
+                      min_draws=int(min_draws))
 
 
 def holm(comparisons, family: str = "") -> list:
@@ -471,10 +487,12 @@ def compare(
     label_b: str = "B",
     paired_by_seed: bool = True,
     data_dir=stored.DATA_DIR,
+    min_draws: int = 0,
     **_ignored,
 ) -> Comparison:
     """The :class:`Comparison` of configuration B against A (their runs) on ``metric`` (a key of
-    :data:`METRICS`), paired by seed over the seeds both have."""
+    :data:`METRICS`), paired by seed over the seeds both have; undecided below ``min_draws``
+    draws."""
     if not runs_a or not runs_b:
         raise ValueError(f"nothing to compare: {len(runs_a)} runs against {len(runs_b)}")
     if metric not in METRICS:
@@ -485,7 +503,7 @@ def compare(
     seeds = sorted(set(by_a) & set(by_b))
     if not seeds:
         raise ValueError("the two configurations share no seed")
-    return paired(
+    c = paired(
         [f(by_a[s]) for s in seeds],
         [f(by_b[s]) for s in seeds],
         metric=metric,
@@ -494,3 +512,4 @@ def compare(
         b=label_b,
         seeds=seeds,
     )
+    return replace(c, min_draws=int(min_draws))
