@@ -147,3 +147,26 @@ def test_bad_input():
         E.t_two_sided_p(1.0, 0)
     with pytest.raises(ValueError, match="metric must be one of"):
         E.compare([object()], [object()], "loss")
+
+
+def test_death_share_ci_is_clopper_pearson():
+    # the extremes in closed form: at 10 of 10 the share p with p^10 = 0.025 bounds it below
+    assert E.death_share_ci(10, 10) == pytest.approx((0.025**0.1, 1.0), abs=1e-11)
+    assert E.death_share_ci(0, 10) == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-11)
+    # between them, the beta quantiles that define the interval
+    stats = pytest.importorskip("scipy.stats")
+    for k, n in ((1, 10), (3, 10), (5, 10), (9, 10), (2, 3)):
+        lo, hi = E.death_share_ci(k, n)
+        assert lo == pytest.approx(stats.beta.ppf(0.025, k, n - k + 1), abs=1e-10)
+        assert hi == pytest.approx(stats.beta.ppf(0.975, k + 1, n - k), abs=1e-10)
+    with pytest.raises(ValueError, match="0 <= dead <= n"):
+        E.death_share_ci(11, 10)
+    with pytest.raises(ValueError, match="level must lie"):
+        E.death_share_ci(1, 10, level=1.0)
+
+
+def test_the_module_examples_run():
+    import doctest
+
+    result = doctest.testmod(E)
+    assert result.failed == 0 and result.attempted >= 8
