@@ -158,6 +158,37 @@ def test_the_float16_kernel_computes_every_statistic_in_float16():
     assert np.all(np.abs(got.numpy().astype(np.float64) - want) <= ulp)
 
 
+@pytest.mark.parametrize("kind", ["LayerNorm", "RMSNorm"])
+def test_the_float16_kernels_backward_is_the_norms_gradient(kind):
+    # against float64 autograd through torch's own norm: float16's relative precision, 2^-11,
+    # a few times over (the means of the backward are float16 sums of 64 terms)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 64, generator=g, dtype=torch.float64) * 0.5 + 0.1
+    w, b, up = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((64,), (64,), (8, 64)))
+    xr = x.clone().requires_grad_()
+    if kind == "LayerNorm":
+        torch.nn.functional.layer_norm(xr, (64,), w, b, 1e-5).backward(up)
+    else:
+        torch.nn.functional.rms_norm(xr, (64,), w, 1e-5).backward(up)
+    xh = x.float().requires_grad_()
+    y = M.half_norm(xh, kind, w.float(), b.float() if kind == "LayerNorm" else None, 1e-5)
+    y.backward(up.half())
+    assert y.dtype == torch.float16
+    err = float((xh.grad.double() - xr.grad).abs().max() / xr.grad.abs().max())
+    assert err < 8 * 2.0**-11, err
+
+
+def test_the_float16_kernels_backward_does_not_overflow_where_autograd_would():
+    # at q = 2e-8 and eps = 1e-5 the float16 variance is 0 and r = 1/sqrt(eps) ~ 316: autograd
+    # through rsqrt would form -r^3/2 ~ 1.6e7, beyond float16's 65504; the kernel's formula has r
+    x = torch.tensor([1.414e-4, -1.414e-4] * 32).reshape(1, 64).requires_grad_()
+    y = M.half_norm(x, "LayerNorm", torch.ones(64), torch.zeros(64), 1e-5)
+    y.backward(torch.linspace(-1, 1, 64).reshape(1, 64).half())
+    assert torch.all(torch.isfinite(x.grad))
+    r = 1 / np.sqrt(float(np.float16(1e-5)))
+    assert 0.5 * r**3 > float(np.finfo(np.float16).max)
+
+
 def test_in_the_float16_kernel_a_variance_below_float16s_range_is_zero():
     # q = 2e-8 (the small init's q0): every centred square is at most one float16 subnormal, and
     # their mean rounds to 0; torch's own kernel (float32 statistics) keeps q

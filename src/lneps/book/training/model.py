@@ -77,17 +77,48 @@ def _sum16(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+class _HalfCore(torch.autograd.Function):
+    r"""The normalized core :math:`\hat x = d \cdot r`, :math:`r = (v + \varepsilon)^{-1/2}`, of
+    :func:`half_norm`, forward and backward in float16 as a hand-written kernel computes them.
+    The backward is the kernel's formula :math:`\partial x = r\,(g - \bar g - \hat x\,
+    \overline{g \hat x})` (RMS norm: without :math:`\bar g`), its means float16 tree sums; not
+    autograd through the forward's operations, whose derivative of the root,
+    :math:`-r^3/2`, overflows float16 once :math:`r > 40`."""
+
+    @staticmethod
+    def forward(ctx, x, eps16, centre: bool):
+        inv_n = torch.tensor(1.0 / x.shape[-1], dtype=x.dtype)
+        d = x - _sum16(x) * inv_n if centre else x
+        v = _sum16(d * d) * inv_n
+        r = torch.rsqrt(v + eps16)
+        xhat = d * r
+        ctx.save_for_backward(xhat, r)
+        ctx.centre = centre
+        return xhat
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, r = ctx.saved_tensors
+        g = g.to(xhat.dtype)
+        inv_n = torch.tensor(1.0 / g.shape[-1], dtype=g.dtype)
+        inner = g - xhat * (_sum16(g * xhat) * inv_n)
+        if ctx.centre:
+            inner = inner - _sum16(g) * inv_n
+        return r * inner, None, None
+
+
 def half_norm(x: torch.Tensor, kind: str, weight: torch.Tensor, bias: torch.Tensor | None,
               eps: float) -> torch.Tensor:
     r"""Layer norm (``kind`` ``"LayerNorm"``) or RMS norm over the last axis computed in float16
     throughout, as a hand-written half-precision kernel does: :math:`\mu = \mathrm{fl}(\sum x /
     n)`, :math:`d = \mathrm{fl}(x - \mu)` (RMS norm: :math:`d = x`), :math:`v = \mathrm{fl}(
-    \sum d^2 / n)`, :math:`y = \mathrm{fl}(d \cdot \mathrm{rsqrt}(v + \varepsilon))`, then
-    the gain and bias, every operation rounded to float16 and each sum a tree of float16
-    additions (:func:`_sum16`); ``eps`` is rounded to float16 first. Autograd differentiates the
-    same float16 operations. Unlike torch's CPU kernels (which accumulate in float32), a
-    variance below half float16's smallest subnormal (:math:`2^{-25} \approx 2.98 \times
-    10^{-8}`) becomes exactly 0, and so does an epsilon below it (1e-8, 1e-12).
+    \sum d^2 / n)`, :math:`r = \mathrm{fl}(\mathrm{rsqrt}(v + \varepsilon))`, :math:`y =
+    \mathrm{fl}(d \cdot r)`, then the gain and bias, every operation rounded to float16 and each
+    sum a tree of float16 additions (:func:`_sum16`); ``eps`` is rounded to float16 first. The
+    backward is the kernel's own, in float16 too (:class:`_HalfCore`). Unlike torch's CPU kernels
+    (which accumulate in float32), a variance below half float16's smallest subnormal
+    (:math:`2^{-25} \approx 2.98 \times 10^{-8}`) becomes exactly 0, and so does an epsilon
+    below it (1e-8, 1e-12).
 
     >>> x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1e-4, -1e-4, 1e-4, -1e-4]])
     >>> half_norm(x, "LayerNorm", torch.ones(4), torch.zeros(4), 1e-5)[0].float()
@@ -97,12 +128,8 @@ def half_norm(x: torch.Tensor, kind: str, weight: torch.Tensor, bias: torch.Tens
     """
     h = torch.float16
     with torch.autocast("cpu", enabled=False):
-        x = x.to(h)
-        inv_n = torch.tensor(1.0 / x.shape[-1], dtype=h)
-        d = x - _sum16(x) * inv_n if kind == "LayerNorm" else x
-        v = _sum16(d * d) * inv_n
-        y = d * torch.rsqrt(v + torch.tensor(eps, dtype=h))
-        y = y * weight.to(h)
+        core = _HalfCore.apply(x.to(h), torch.tensor(eps, dtype=h), kind == "LayerNorm")
+        y = core * weight.to(h)
         return y + bias.to(h) if bias is not None else y
 
 

@@ -19,8 +19,9 @@ mode               what it models
 ``fp16_var16``      (f) as (e), but the norm is a hand-written half-precision kernel
                    (:func:`.model.half_norm`): the mean, the centred squares, their sum, the
                    variance, epsilon added and the reciprocal square root all in float16, as
-                   a CUDA kernel with ``__half`` accumulators computes them; a variance below
-                   half float16's smallest subnormal (2.98e-8) becomes exactly 0
+                   a CUDA kernel with ``__half`` accumulators computes them, and its backward
+                   in float16 too; a variance below half float16's smallest subnormal
+                   (2.98e-8) becomes exactly 0
 ``fp16_pure``      contrast: ``model.half()``, no autocast, no scaler, AdamW's own eps = 1e-8
                    in float16 arithmetic (where it is 0): Adam's epsilon, not the norm's
 =================  =====================================================================
@@ -66,7 +67,8 @@ PRECISIONS = {p.name: p for p in (
     Precision("bf16_norm32", "bfloat16", "float32", None, False,
               label="(b) bfloat16 autocast, norm in float32 (CUDA autocast)"),
     Precision("bf16_norm16", "bfloat16", "bfloat16", None, False,
-              label="(c) bfloat16 autocast, norm in bfloat16 (CPU autocast on bfloat16 input)"),
+              label="(c) bfloat16 autocast, the norm's input and output in bfloat16 "
+                    "(CPU autocast)"),
     Precision("fp16_norm32", "float16", "float32", None, True,
               label="(d) float16 autocast + loss scaling, norm in float32"),
     Precision("fp16_eps16", "float16", "float16", "float16", True,
