@@ -86,6 +86,7 @@ def _cost(job) -> float:
         "bf16_norm16": 5,
         "fp16_norm32": 7,
         "fp16_eps16": 7,
+        "fp16_var16": 2,
         "fp16_pure": 0.1,
     }
     return sum(

@@ -106,8 +106,9 @@ def test_each_training_claim_carries_the_runs_verdict(markdown):
 
     verdicts = {c.key: c.verdict for c in claims.all_claims()}
     assert "undecided" not in verdicts.values()
-    # the runs corrected the fine-tuning claim: every switch, 1e-3 included, was equivalent
-    assert verdicts["finetune_mismatch"] == "corrected"
+    # the runs qualified the fine-tuning claim: every switch was equivalent to its control but
+    # the one to 1e-3, an effect of a few 1e-4 nats (inside the margin)
+    assert verdicts["finetune_mismatch"] == "qualified"
     rows = _rows(markdown)
     for key, words in TRAINING_ROWS.items():
         (cells,) = [c for c in rows if words in c[0]]
@@ -187,7 +188,7 @@ def test_the_training_numbers_are_the_runs(g):
         m, lo, hi = _paired([final(r) for r in zero[:n]], [final(r) for r in other[:n]])
         assert -0.002 < lo and hi < 0.002, e
     swaps = [rid for rid, e in manifest["runs"].items() if e["config"]["ft_steps"] and e["config"]["ft_eps"] == 1e-3]
-    assert len(swaps) == 12
+    assert len(swaps) == 4 * 10  # four models, ten draws each
     eps0 = [e for e in manifest["runs"].values() if e["config"]["eps"] == 0.0 and not e["config"]["ft_steps"]]
     # the runs with eps = 0 that died are exactly those with zero rows (the sandwich after
     # zero-initialized projections), every seed of them
@@ -198,7 +199,8 @@ def test_the_training_numbers_are_the_runs(g):
     e = ids(placement="pre", init="normal", eps=1e-12, precision="fp16_eps16", steps=150)
     assert g["tr_f16_pre"] == _interval_text([final(r) for r in d], [final(r) for r in e])
     # fine-tuning: each switch against its control (same epsilon, float32), paired by seed,
-    # after the fine-tuning steps; every interval within the margin, 1e-3 included
+    # after the fine-tuning steps; every interval within the margin, 1e-3 included; 1e-3 the
+    # only one that costs (its interval above 0)
     ft = [e["config"] for e in manifest["runs"].values() if e["config"]["ft_steps"]]
     found = []
     for init, eps in sorted({(c["init"], c["eps"]) for c in ft}):
@@ -211,9 +213,14 @@ def test_the_training_numbers_are_the_runs(g):
             other = [final(r) for r in ft_ids(fe, fp)]
             m, lo, hi = _paired(control, other)
             assert -0.002 < lo and hi < 0.002, (init, eps, fe, fp)
+            assert lo > 0 or fe != 1e-3, (init, eps, fe, fp)   # 1e-3 costs, in every model
             found.append((m, _interval_text(control, other), fe))
-    assert g["tr_ft_n"] == len(found) == 12 and any(fe == 1e-3 for *_, fe in found)
-    assert g["tr_ft_max"] == max(found)[1]
+    small = [f for f in found if f[2] != 1e-3]
+    big = [f for f in found if f[2] == 1e-3]
+    assert g["tr_ft_n"] == len(small) == 8 and len(big) == 4
+    assert g["tr_ft_max"] == max(small, key=lambda f: abs(f[0]))[1]
+    assert all(text in g["tr_ft_big"] for _, text, _ in big) and g["tr_ft_big_outcome"] == "effect"
+    assert all(m > 0 for m, *_ in big)
     assert g["tr_margin"] == 0.002 and g["tr_alpha"] == "5 %"
 
 

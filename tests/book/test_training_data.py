@@ -191,7 +191,9 @@ def test_a_runs_arrays_have_their_shapes(rid):
 def test_fine_tuning_starts_from_the_stored_pretraining():
     # The trained model of a fine-tuning job is its eps_sweep run: same bits, same held-out loss.
     ft = [r for r in RUNS.values() if r.config.is_finetune]
-    assert len(ft) == len(grid.configs("finetune"))
+    # the finetune slice's draws 0-2 and ten_seeds' draws 3-9 of its float32 swaps
+    listed = {run_id(c) for s in grid.SLICES for c in grid.configs(s) if c.is_finetune}
+    assert {r.id for r in ft} == listed and len(listed) > len(grid.configs("finetune"))
     for r in ft:
         base = RUNS[run_id(r.config.base())]
         assert r.meta["eval_before_swap"] == base.eval_loss[-1]
@@ -343,15 +345,22 @@ def test_fp16_tiny_eps():
     assert c.verdict == "qualified"
     assert f["float16_of_1e-12"] == 0.0 and f["float16_of_1e-8"] == 0.0
     pre, sandwich = c.effects
+    assert pre.n == sandwich.n == effects.MIN_DRAWS
     assert pre.is_equivalent and abs(pre.diff) < 1e-4  # where q > 0: nothing
     assert f["pre_max_share_below_float16_threshold"] == 0 and f["pre_min_q_over_1e-12"] > 1e8
     assert sandwich.diff == math.inf and sandwich.is_effect  # where q = 0: dead
+    assert sandwich.dead_b == 10 and sandwich.dead_a == 0  # float32 with 1e-12 trains
     assert set(f["sandwich_e_first_nonfinite"]) == {0} and all(
         s is not None for s in f["sandwich_e_stopped_at"]
     )
-    assert not any(f["sandwich_d_dead"]) and all(
+    # (d) at the sandwich: three draws, a fact (skipped steps), not a comparison
+    assert f["sandwich_d_draws"] == 3 and not any(f["sandwich_d_dead"]) and all(
         10 <= n <= 25 for n in f["sandwich_d_skipped_steps"]
     )
+    # a variance computed in float16 at q0 ~ 2e-8 is 0: with 1e-12 every draw dies at step 0
+    half = f["half_kernel_small_1e-12"]
+    assert half["dead"] == half["runs"] == 10 and half["first_nonfinite_step"] == [0]
+    assert half["comparison"].diff == math.inf and half["comparison"].is_effect
 
 
 def test_sweet_spot():
@@ -445,9 +454,19 @@ def test_pre_vs_post():
 
 def test_finetune_mismatch():
     c = CLAIMS["finetune_mismatch"]
-    assert c.verdict == "corrected"
-    assert len(c.effects) == 24
-    assert c.facts["counts"] == {"effect": 0, "equivalent": 24, "undecided": 0}
+    # every swap, of epsilon and of precision, on ten draws
+    assert len(c.effects) == 24 and c.facts["tested"] == 24 and c.facts["few_draws"] == []
+    assert all(e.n == effects.MIN_DRAWS for e in c.effects)
+    # 1e-3 costs a few 1e-4 nats (an effect, well inside the margin); every other swap, of
+    # epsilon between 1e-12 and 1e-5 or of the precision, is equivalent to its control
+    assert c.verdict == "qualified"
+    for e in c.effects:
+        if e.b.startswith("0.001"):
+            assert e.is_effect and 0 < e.diff < effects.MARGINS[e.metric] / 2, e
+        else:
+            assert e.is_equivalent, e
+    assert {e.b for e in c.effects if not e.b.endswith("fp32")} == {
+        "1e-12 bf16_norm16", "1e-12 fp16_eps16", "1e-05 bf16_norm16", "1e-05 fp16_eps16"}
     for key, f in c.facts.items():
         if "->" in key and "0.001" not in key.split("->")[1]:
             assert f["predicted_change_at_median_q"] < 1e-4, key
@@ -458,7 +477,50 @@ def test_norm_in_float32():
     c = CLAIMS["norm_in_float32"]
     assert c.verdict == "qualified"
     assert c.facts["kernels_accumulate_in_float32"] and c.facts["cpu_autocast_keeps_input_type"]
-    assert all(e.is_equivalent and abs(e.diff) < 1e-3 for e in c.effects)
+    # the norm's input and output in bfloat16, and bfloat16 autocast: equivalent, ten draws
+    cb, ab = c.effects[-2:]
+    assert cb.n == ab.n == 10 and cb.is_equivalent and ab.is_equivalent
+    assert c.facts["bf16_outcomes"] == ["equivalent", "equivalent"]
+    # the float16 kernel: dead where epsilon is 0 in float16 and q0 below float16's range
+    assert c.facts["half_dead_small_eps"] == [1e-12, 1e-8]
+    assert all(e.n == 10 for e in c.effects)
+
+
+def test_half_kernel():
+    hk = claims.half_kernel()
+    rows = {(r["init"], r["eps"]): r for r in hk["rows"]}
+    assert list(rows) == list(grid.HALF_KERNEL)
+    stop = M["recipe"]["stop_after_nonfinite"]
+    for (init, eps), r in rows.items():
+        assert r["runs"] == 10 and r["comparison"].n == 10
+        assert r["eps_float16"] == float(np.float16(eps))
+        runs = stored.select(init=init, eps=eps, precision="fp16_var16", steps=150)
+        assert all(x.meta["eps_used"] == r["eps_float16"] for x in runs)
+        if init == "small":
+            # q0 below half float16's smallest subnormal: the float16 variance is 0 at step 0
+            assert r["q0"] < 2.0**-25 and r["q0_min"] > 1e-9
+        assert r["control_dead"] == 0  # every control trained
+        if r["eps_float16"] == 0 and init == "small":
+            # every draw died: the share dying is at least 0.025 ** (1/10) = 0.69 (95 %)
+            assert r["dead"] == 10 and r["first_nonfinite_step"] == [0]
+            assert r["dead_ci95"] == pytest.approx((0.025**0.1, 1.0), abs=1e-9)
+            assert set(r["nonfinite_steps"]) == {stop}
+            assert r["comparison"].diff == math.inf and r["comparison"].is_effect
+        else:
+            assert r["dead"] == 0 and math.isfinite(r["comparison"].diff)
+            assert r["dead_ci95"] == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-9)
+    # 1e-6 in float16 (1.01e-6) trains like float32 at 1e-6; at the usual init the float16
+    # variance costs nothing; 1e-6 beats 1e-5 in the kernel as it does in float32
+    assert rows["small", 1e-6]["comparison"].is_equivalent
+    assert rows["normal", 1e-12]["comparison"].is_equivalent
+    assert hk["eps_cost"].is_effect and hk["eps_cost"].diff < -0.01
+    # where epsilon acts: it exceeds q0, and the median q at the first norm reaches it later
+    for e in (1e-6, 1e-5):
+        r = rows["small", e]
+        assert r["q0_over_eps"] < 0.05 and r["steps_to_q_eps"] > 0
+    assert rows["small", 1e-6]["steps_to_q_eps"] < rows["small", 1e-5]["steps_to_q_eps"]
+    # at the usual init q0 is far inside float16's range
+    assert rows["normal", 1e-12]["q0"] > 1e-4
 
 
 # --- q at initialization (lneps.torch's probe, stored) -----------------------------------------------

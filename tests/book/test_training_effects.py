@@ -115,6 +115,22 @@ def test_identical_runs_are_equivalent_and_dead_sides_are_effects_or_undecided()
     assert mixed.outcome == "undecided" and math.isnan(mixed.diff)
 
 
+def test_below_min_draws_every_outcome_is_undecided():
+    # a clear effect, a clear equivalence and a death, each on three draws: undecided with a
+    # minimum of ten, as they were without it
+    cases = [([0, 0, 0], [1.0, 1.1, 0.9]), ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]),
+             ([1.0, 2.0, 3.0], [math.inf] * 3)]
+    for a, b in cases:
+        free, ruled = E.paired(a, b), E.paired(a, b, min_draws=E.MIN_DRAWS)
+        assert free.outcome != "undecided" and ruled.outcome == "undecided"
+        assert ruled.diff == free.diff and ruled.as_dict()["min_draws"] == E.MIN_DRAWS
+    # Holm keeps the minimum; at ten draws it no longer applies
+    (h,) = E.holm([E.paired([0, 0, 0], [1.0, 1.1, 0.9], min_draws=10)])
+    assert h.min_draws == 10 and h.outcome == "undecided"
+    ten = E.paired(np.zeros(10), np.linspace(0.9, 1.1, 10), min_draws=10)
+    assert E.MIN_DRAWS == 10 and ten.outcome == "effect"
+
+
 def test_the_floor_blocks_an_effect_smaller_than_it():
     c = E.paired(np.zeros(5), [1e-6, 1.1e-6, 0.9e-6, 1e-6, 1.05e-6], margin=1e-3, floor=1e-5)
     assert c.p < 1e-4 and c.outcome == "equivalent"
@@ -131,3 +147,26 @@ def test_bad_input():
         E.t_two_sided_p(1.0, 0)
     with pytest.raises(ValueError, match="metric must be one of"):
         E.compare([object()], [object()], "loss")
+
+
+def test_death_share_ci_is_clopper_pearson():
+    # the extremes in closed form: at 10 of 10 the share p with p^10 = 0.025 bounds it below
+    assert E.death_share_ci(10, 10) == pytest.approx((0.025**0.1, 1.0), abs=1e-11)
+    assert E.death_share_ci(0, 10) == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-11)
+    # between them, the beta quantiles that define the interval
+    stats = pytest.importorskip("scipy.stats")
+    for k, n in ((1, 10), (3, 10), (5, 10), (9, 10), (2, 3)):
+        lo, hi = E.death_share_ci(k, n)
+        assert lo == pytest.approx(stats.beta.ppf(0.025, k, n - k + 1), abs=1e-10)
+        assert hi == pytest.approx(stats.beta.ppf(0.975, k + 1, n - k), abs=1e-10)
+    with pytest.raises(ValueError, match="0 <= dead <= n"):
+        E.death_share_ci(11, 10)
+    with pytest.raises(ValueError, match="level must lie"):
+        E.death_share_ci(1, 10, level=1.0)
+
+
+def test_the_module_examples_run():
+    import doctest
+
+    result = doctest.testmod(E)
+    assert result.failed == 0 and result.attempted >= 8

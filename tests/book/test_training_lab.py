@@ -78,7 +78,7 @@ def test_inits():
 
 @pytest.mark.parametrize("precision, out_dtype", [
     ("fp32", "float32"), ("bf16_norm32", "float32"), ("bf16_norm16", "bfloat16"), ("fp16_norm32", "float32"),
-    ("fp16_eps16", "float16"),
+    ("fp16_eps16", "float16"), ("fp16_var16", "float16"),
 ])
 def test_each_mode_computes_its_norm_in_its_format(precision, out_dtype):
     out_dtype = getattr(torch, out_dtype)
@@ -90,7 +90,7 @@ def test_each_mode_computes_its_norm_in_its_format(precision, out_dtype):
     with ctx:
         y = norm(x.to(getattr(torch, low)) if low else x)
     assert y.dtype == out_dtype
-    assert norm.eps == (0.0 if precision == "fp16_eps16" else 1e-12)
+    assert norm.eps == (0.0 if precision in ("fp16_eps16", "fp16_var16") else 1e-12)
 
 
 def test_under_cpu_autocast_the_pre_norm_stream_is_float32():
@@ -110,10 +110,99 @@ def test_under_cpu_autocast_the_pre_norm_stream_is_float32():
     assert set(seen.values()) == {torch.float32} and len(seen) == 5
 
 
-def test_effective_eps_rounds_only_in_mode_e():
-    assert effective_eps(1e-12, "fp16_eps16") == 0.0 and effective_eps(1e-8, "fp16_eps16") == 0.0
-    assert effective_eps(1e-5, "fp16_eps16") == float(np.float16(1e-5)) != 1e-5
-    assert all(effective_eps(1e-12, p) == 1e-12 for p in PRECISIONS if p != "fp16_eps16")
+def test_effective_eps_rounds_only_in_modes_e_and_f():
+    for m in ("fp16_eps16", "fp16_var16"):
+        assert effective_eps(1e-12, m) == 0.0 and effective_eps(1e-8, m) == 0.0
+        assert effective_eps(1e-5, m) == float(np.float16(1e-5)) != 1e-5
+    rounded = ("fp16_eps16", "fp16_var16")
+    assert all(effective_eps(1e-12, p) == 1e-12 for p in PRECISIONS if p not in rounded)
+    assert [p for p, v in PRECISIONS.items() if v.kernel == "half"] == ["fp16_var16"]
+
+
+def _tree16(x: np.ndarray) -> np.ndarray:
+    """The float16 tree sum over the last axis, each addition exact in float64 (two float16
+    values sum to at most 51 significant bits) and then rounded once to float16."""
+    x = x.astype(np.float16)
+    while x.shape[-1] > 1:
+        h = x.shape[-1] // 2
+        x = (x[..., :h].astype(np.float64) + x[..., h:].astype(np.float64)).astype(np.float16)
+    return x
+
+
+def test_the_float16_tree_sum_rounds_each_addition_once():
+    g = np.random.default_rng(3)
+    x = np.concatenate([g.normal(0, s, (50, 64)) for s in (1e-4, 1e-2, 1.0, 300.0)])
+    got = M._sum16(torch.from_numpy(x).to(torch.float16)).numpy()
+    assert got.dtype == np.float16 and np.array_equal(got, _tree16(x))
+    with pytest.raises(ValueError, match="power-of-two"):
+        M._sum16(torch.zeros(2, 48, dtype=torch.float16))
+
+
+def test_the_float16_kernel_computes_every_statistic_in_float16():
+    g = np.random.default_rng(4)
+    x16 = g.normal(0, 1, (64, 64)).astype(np.float16)
+    # the float16 steps, each rounded once (numpy's float16 operations round their exact result
+    # for +, -, *; rsqrt from float64 of the float16 value, rounded once)
+    mean = (_tree16(x16).astype(np.float64) / 64).astype(np.float16)
+    d = (x16.astype(np.float64) - mean).astype(np.float16)
+    v = (_tree16((d.astype(np.float64) ** 2).astype(np.float16)).astype(np.float64) / 64
+         ).astype(np.float16)
+    e16 = np.float16(1e-5)
+    r = (1 / np.sqrt((v.astype(np.float64) + e16).astype(np.float16).astype(np.float64))
+         ).astype(np.float16)
+    want = (d.astype(np.float64) * r).astype(np.float16)
+    got = M.half_norm(torch.from_numpy(x16), "LayerNorm", torch.ones(64), torch.zeros(64), 1e-5)
+    assert got.dtype == torch.float16
+    # torch's float16 rsqrt may differ from the once-rounded one by an ulp
+    ulp = np.spacing(np.abs(want)).astype(np.float64)
+    assert np.all(np.abs(got.numpy().astype(np.float64) - want) <= ulp)
+
+
+@pytest.mark.parametrize("kind", ["LayerNorm", "RMSNorm"])
+def test_the_float16_kernels_backward_is_the_norms_gradient(kind):
+    # against float64 autograd through torch's own norm: float16's relative precision, 2^-11,
+    # a few times over (the means of the backward are float16 sums of 64 terms)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 64, generator=g, dtype=torch.float64) * 0.5 + 0.1
+    w, b, up = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((64,), (64,), (8, 64)))
+    xr = x.clone().requires_grad_()
+    if kind == "LayerNorm":
+        torch.nn.functional.layer_norm(xr, (64,), w, b, 1e-5).backward(up)
+    else:
+        torch.nn.functional.rms_norm(xr, (64,), w, 1e-5).backward(up)
+    xh = x.float().requires_grad_()
+    y = M.half_norm(xh, kind, w.float(), b.float() if kind == "LayerNorm" else None, 1e-5)
+    y.backward(up.half())
+    assert y.dtype == torch.float16
+    err = float((xh.grad.double() - xr.grad).abs().max() / xr.grad.abs().max())
+    assert err < 8 * 2.0**-11, err
+
+
+def test_the_float16_kernels_backward_does_not_overflow_where_autograd_would():
+    # at q = 2e-8 and eps = 1e-5 the float16 variance is 0 and r = 1/sqrt(eps) ~ 316: autograd
+    # through rsqrt would form -r^3/2 ~ 1.6e7, beyond float16's 65504; the kernel's formula has r
+    x = torch.tensor([1.414e-4, -1.414e-4] * 32).reshape(1, 64).requires_grad_()
+    y = M.half_norm(x, "LayerNorm", torch.ones(64), torch.zeros(64), 1e-5)
+    y.backward(torch.linspace(-1, 1, 64).reshape(1, 64).half())
+    assert torch.all(torch.isfinite(x.grad))
+    r = 1 / np.sqrt(float(np.float16(1e-5)))
+    assert 0.5 * r**3 > float(np.finfo(np.float16).max)
+
+
+def test_in_the_float16_kernel_a_variance_below_float16s_range_is_zero():
+    # q = 2e-8 (the small init's q0): every centred square is at most one float16 subnormal, and
+    # their mean rounds to 0; torch's own kernel (float32 statistics) keeps q
+    x = torch.tensor([1.414e-4, -1.414e-4] * 32).reshape(1, 64)
+    w, b = torch.ones(64), torch.zeros(64)
+    assert np.float16(2e-8) == 0 and np.float16(1e-8) == 0 and np.float16(1e-12) == 0
+    y0 = M.half_norm(x, "LayerNorm", w, b, 1e-8)
+    assert torch.all(torch.isinf(y0))  # v = 0 and eps = 0: (0 + 0)^(-1/2)
+    y5 = M.half_norm(x, "LayerNorm", w, b, 1e-5).double()
+    # v = 0: epsilon alone sets the scale, x / sqrt(float16(1e-5))
+    want = x.double() / np.sqrt(float(np.float16(1e-5)))
+    assert torch.allclose(y5, want, rtol=2e-3)
+    ref = torch.nn.functional.layer_norm(x.half(), (64,), eps=0.0)
+    assert torch.all(torch.isfinite(ref)) and abs(float(ref.float().pow(2).mean()) - 1) < 0.01
 
 
 def test_cpu_autocast_leaves_layer_norm_in_its_input_type():
@@ -197,7 +286,9 @@ def test_grid_runs_are_unique_and_seeded():
     # four in the generality slices
     first = {c.key() for n in grid.FIRST_SLICES for c in grid.configs(n)}
     ten = {c.key() for c in grid.configs("ten_seeds")}
-    assert ten <= first and set(grid.SEEDS) == set(grid.FIRST_SEEDS) and len(grid.SEEDS) >= 3
+    ten |= {c.key() for c in grid.configs("half_kernel")}
+    assert ten - {c.key() for c in grid.configs("half_kernel")} <= first
+    assert set(grid.SEEDS) == set(grid.FIRST_SEEDS) and len(grid.SEEDS) >= 3
     for k, v in by.items():
         want = set(grid.FIRST_SEEDS) | set(grid.MORE_SEEDS) if k in ten else (
             set(grid.FIRST_SEEDS) if k in first else set(grid.FEW_SEEDS))

@@ -154,3 +154,38 @@ def test_the_grid_and_autocast_tables():
     grid = glued_table("grid_table")
     assert "draws each" in grid and grid.count("\n| ") == 1 + len(T.MANIFEST["slices"])
     assert glued_table("autocast_table").count("\n| ") >= 2
+
+
+def test_the_float16_kernel(g, arrays):
+    # recomputed from the stored files: deaths, and each paired difference of the held-out loss
+    # after 150 steps (index 3 of the held-out losses: after 0, 50, 100, 150 steps)
+    def at150(arrays, rid):
+        if T.MANIFEST["runs"][rid]["stopped_at"] is not None:
+            return float("inf")
+        return float(arrays[f"{rid}:eval_loss"][3]) - T.FLOOR
+
+    table = glued_table("half_table")
+    stop = T.MANIFEST["recipe"]["stop_after_nonfinite"]
+    f = {(i, e): T.ids(placement="pre", init=i, eps=e, precision="fp16_var16", steps=150)
+         for i, e in (("small", 1e-12), ("small", 1e-8), ("small", 1e-6), ("small", 1e-5),
+                      ("normal", 1e-12))}
+    assert all(len(v) == 10 for v in f.values()) and g["hk_draws"] == 10
+    steps = {T.MANIFEST["runs"][r]["config"]["steps"] for v in f.values() for r in v}
+    assert steps == {g["prefix_steps"]} == {150}
+    # ten of ten dead: the exact lower end of the share dying, 0.025 ** (1/10) (Clopper-Pearson)
+    assert g["hk_dead_lo"] == f"{0.025 ** 0.1:.2f}" == "0.69" and "0.69–1.00" in table
+    for e in (1e-12, 1e-8):
+        runs = [T.MANIFEST["runs"][r] for r in f["small", e]]
+        assert all(r["first_nonfinite_step"] == 0 and r["nonfinite_steps"] == stop for r in runs)
+        assert all(r["stopped_at"] is not None for r in runs)
+    assert g["hk_skipped"] == stop and table.count("10 of 10") >= 2
+    for e, key in ((1e-6, "hk_cost_1e6"), (1e-5, "hk_cost_1e5")):
+        t = T.paired(arrays, T.ids(placement="pre", init="small", eps=e), f["small", e], at150)
+        assert g[key] == T.interval(t) and t[3] == 10 and T.interval(t) in table
+    t = T.paired(arrays, f["small", 1e-5], f["small", 1e-6], at150)
+    assert g["hk_eps_cost"] == T.interval(t) and t[3] == 10
+    ctrl = T.ids(placement="pre", init="normal", eps=1e-12, precision="fp16_eps16", steps=150)
+    t = T.paired(arrays, ctrl, f["normal", 1e-12], at150)
+    assert g["hk_normal"] == T.interval(t) and t[3] == 10
+    assert g["f16_half_sub"] == sci(2.0**-25, 2) and float(np.float16(2.0**-25)) == 0.0
+    assert (g["min_draws"], g["few_draws"]) == (10, 4)

@@ -11,13 +11,17 @@ verdict) and the facts read off the runs. Verdicts:
 * ``undecided``: the comparisons it would need are neither effects nor equivalent.
 
 Every verdict holds where it was measured: the lab's 2-block model of width 64 (and the ``lr``
-and ``scale`` slices where named), 300 steps of the recipe, float32 unless named, one AMD EPYC
-CPU. :func:`all_claims` lists them in the order of the note; :func:`where_it_holds` and
-:func:`eps_rule` carry the generality slices and the rule in q the guide states.
+and ``scale`` slices where named), 300 steps of the recipe, float32 unless named, on two x86-64
+CPUs (an AMD EPYC made the first three draws of the first five slices, an Intel Xeon the
+others: ``Run.machine``; a paired comparison pairs two runs of one machine). Every verdict rests
+on comparisons of at least :data:`.effects.MIN_DRAWS` paired draws (:func:`_cmp`); a comparison
+with fewer is reported undecided. :func:`all_claims` lists them in the order of the note;
+:func:`where_it_holds` and :func:`eps_rule` carry the generality slices and the rule in q the guide states.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -25,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import stored
-from .effects import Comparison, compare, final_excess, holm
-from .grid import EPS_SWEEP, INIT_NAMES
+from .effects import MIN_DRAWS, Comparison, compare, death_share_ci, final_excess, holm
+from .grid import EPS_SWEEP, HALF_KERNEL, INIT_NAMES, PRECISION_STEPS
 from .precision import PRECISIONS
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "norm_vs_none",
     "pre_vs_post",
     "finetune_mismatch",
+    "half_kernel",
     "where_it_holds",
     "eps_rule",
     "guide_table",
@@ -86,6 +91,13 @@ def _sel(**where) -> list[stored.Run]:
     if not runs:
         raise LookupError(f"no stored runs for {where}")
     return runs
+
+
+def _cmp(*args, **kw) -> Comparison:
+    """:func:`.effects.compare` for a verdict: undecided below :data:`.effects.MIN_DRAWS` draws
+    (the generality slices' four draws, :func:`where_it_holds` and :func:`eps_rule`, use
+    :func:`.effects.compare` itself and say how many draws they rest on)."""
+    return compare(*args, min_draws=MIN_DRAWS, **kw)
 
 
 def _eps(e) -> str:
@@ -154,9 +166,9 @@ def sigma_zero() -> Claim:
     effects = tuple(
         holm(
             [
-                compare(alive[1e-5], dead0, "final_excess", label, "eps 0"),
-                compare(alive[1e-5], alive[1e-12], "log10_max_grad_norm", label, "eps 1e-12"),
-                compare(alive[1e-5], alive[1e-12], "final_excess", label, "eps 1e-12"),
+                _cmp(alive[1e-5], dead0, "final_excess", label, "eps 0"),
+                _cmp(alive[1e-5], alive[1e-12], "log10_max_grad_norm", label, "eps 1e-12"),
+                _cmp(alive[1e-5], alive[1e-12], "final_excess", label, "eps 1e-12"),
             ],
             family="zero rows",
         )
@@ -224,26 +236,26 @@ def sigma_zero() -> Claim:
 
 def fp16_tiny_eps() -> Claim:
     """ "In float16, 1e-12 may simply underflow to zero -- you added nothing": mode (e) (epsilon
-    stored in float16, so 0) against (d) (norm in float32 with 1e-12), pre-norm ``normal``
-    (q > 0 everywhere) and sandwich ``zero_resid`` (q = 0 at step 0), 150-step prefixes."""
-    n = 150
+    stored in float16, so 0) against (d) (norm in float32 with 1e-12) at pre-norm ``normal``
+    (q > 0 everywhere), and (e) against float32 (a) with 1e-12 at the sandwich ``zero_resid``
+    (q = 0 at step 0), 150-step prefixes (held-out loss after 150 steps), ten draws; and, as a
+    fact, what the float16 kernel (f) does with 1e-12 where q0 is below float16's smallest
+    subnormal (:func:`half_kernel`). (d) at the sandwich has three draws: its skipped steps are
+    reported, not tested."""
+    n = PRECISION_STEPS
     pre = dict(placement="pre", init="normal", eps=1e-12, steps=n)
-    sw = dict(placement="sandwich", init="zero_resid", eps=1e-12, steps=n)
+    sw = dict(placement="sandwich", init="zero_resid", eps=1e-12)
     d_pre, e_pre = _sel(**pre, precision="fp16_norm32"), _sel(**pre, precision="fp16_eps16")
-    d_sw, e_sw = _sel(**sw, precision="fp16_norm32"), _sel(**sw, precision="fp16_eps16")
+    a_sw = _sel(**sw)
+    d_sw = _sel(**sw, precision="fp16_norm32", steps=n)
+    e_sw = _sel(**sw, precision="fp16_eps16", steps=n)
     effects = tuple(
         holm(
             [
-                compare(
-                    d_pre, e_pre, "final_excess", "(d) pre-norm, 1e-12", "(e) eps 0 in float16"
-                ),
-                compare(
-                    d_sw,
-                    e_sw,
-                    "final_excess",
-                    "(d) sandwich zero_resid, 1e-12",
-                    "(e) eps 0 in float16",
-                ),
+                _cmp(d_pre, e_pre, f"excess_at_{n}", "(d) pre-norm, 1e-12",
+                     "(e) eps 0 in float16"),
+                _cmp(a_sw, e_sw, f"excess_at_{n}", "(a) sandwich zero_resid, 1e-12",
+                     "(e) eps 0 in float16"),
             ],
             family="1e-12 in float16",
         )
@@ -251,6 +263,7 @@ def fp16_tiny_eps() -> Claim:
     share16 = max(float(np.nanmax(r.stat("share_below_float16"))) for r in d_pre)
     qmin = min(float(np.nanmin(r.stat("q_min"))) for r in d_pre + e_pre)
     f16 = stored.manifest()["autocast"]["float16_of"]
+    (half,) = [r for r in half_kernel()["rows"] if (r["init"], r["eps"]) == ("small", 1e-12)]
     facts = {
         "float16_of_1e-12": f16["1e-12"],
         "float16_of_1e-8": f16["1e-08"],
@@ -261,23 +274,29 @@ def fp16_tiny_eps() -> Claim:
         "sandwich_e_stopped_at": [r.stopped_at for r in e_sw],
         "sandwich_d_skipped_steps": [r.meta["nonfinite_steps"] for r in d_sw],
         "sandwich_d_dead": [r.dead for r in d_sw],
+        "sandwich_d_draws": len(d_sw),
+        "half_kernel_small_1e-12": half,
     }
     pre_none, sw_kill = (
         effects[0].is_equivalent,
         effects[1].is_effect and effects[1].diff == math.inf,
     )
+    half_kill = half["comparison"].is_effect and half["comparison"].diff == math.inf
     finding = (
-        f"1e-12 is {f16['1e-12']:g} in float16 (so is 1e-8). Where every row has q > 0 that costs nothing: in "
-        f"pre-norm the smallest q of any row at any site was {qmin:.2g}, {qmin / 1e-12:.1g} times 1e-12, "
-        f"so q + 1e-12 rounds to q in float16 anyway (share of rows where it would not: {share16:g}); "
-        f"(e) against (d): {_text(effects[0])}. Where q = 0 it is fatal: the sandwich at zero_resid with the float16 "
-        f"epsilon has a NaN loss from step {e_sw[0].first_nonfinite_step}, loss scaling skips every step "
-        f"(no update can move the zero projections), and the run is stopped after "
-        f"{e_sw[0].meta['nonfinite_steps']} skipped steps, in every seed; with 1e-12 kept in float32 (d) it "
-        f"trains, after {min(facts['sandwich_d_skipped_steps'])}-{max(facts['sandwich_d_skipped_steps'])} skipped "
-        f"steps while the scaler backs off from the 1/sqrt(1e-12) gradient."
+        f"1e-12 is {f16['1e-12']:g} in float16 (so is 1e-8). Where every row has q > 0 and the "
+        f"statistics are float32 that costs nothing: in pre-norm the smallest q of any row at any "
+        f"site was {qmin:.2g}, {qmin / 1e-12:.1g} times 1e-12 (share of rows below float16's "
+        f"threshold: {share16:g}); (e) against (d): {_text(effects[0])}. Where q = 0 it is fatal: "
+        f"the sandwich at zero_resid with the float16 epsilon has a NaN loss from step "
+        f"{e_sw[0].first_nonfinite_step}, loss scaling skips every step, and the run is stopped "
+        f"after {e_sw[0].meta['nonfinite_steps']} skipped steps; against float32 with 1e-12: "
+        f"{_text(effects[1])}. It is also fatal where the variance itself is computed in float16 "
+        f"and q0 ({half['q0']:.2g}) is below float16's smallest subnormal: the float16 kernel (f) at the "
+        f"small init dies in {half['dead']} of {half['runs']} draws, where float32 with 1e-12 "
+        f"trains ({_text(half['comparison'])})."
     )
-    verdict = "qualified" if pre_none and sw_kill else ("true" if sw_kill else "undecided")
+    verdict = ("qualified" if pre_none and sw_kill and half_kill
+               else ("true" if sw_kill else "undecided"))
     return Claim(
         "fp16_tiny_eps",
         "In float16, 1e-12 may simply underflow to zero -- you added nothing; "
@@ -298,8 +317,13 @@ def _family_runs(fam: dict) -> dict[float, list[stored.Run]]:
 
 def _text(c: Comparison, digits: int = 4) -> str:
     """``+0.0084 nats [+0.0062, +0.0106], 10 seeds: effect`` (plain text, for findings)."""
-    if not math.isfinite(c.diff):
+    if math.isnan(c.diff):
         return f"{c.diff:+} ({c.dead_a} and {c.dead_b} of {c.n} seeds dead): {c.outcome}"
+    if math.isinf(c.diff):
+        # one side died in every draw, the other in none: the exact interval of the share dying
+        lo, hi = death_share_ci(c.n, c.n)
+        return (f"{c.diff:+} ({c.dead_a} and {c.dead_b} of {c.n} seeds dead; share dying "
+                f"[{lo:.2f}, {hi:.2f}]): {c.outcome}")
     lo, hi = c.ci()
     return f"{c.diff:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {c.n} seeds: {c.outcome}"
 
@@ -327,7 +351,7 @@ def eps_against_zero(metric: str = "final_excess") -> dict[str, dict[float, Comp
         for name, fam in SWEEP_FAMILIES.items():
             runs = _family_runs(fam)
             pairs += [
-                (name, e, compare(runs[0.0], runs[e], metric, f"{name}, eps 0", f"eps {_eps(e)}"))
+                (name, e, _cmp(runs[0.0], runs[e], metric, f"{name}, eps 0", f"eps {_eps(e)}"))
                 for e in EPS_SWEEP
                 if e != 0
             ]
@@ -449,12 +473,12 @@ def too_large() -> Claim:
         for big in (1e-1, 1.0):
             for metric in ("final_excess", "mean_excess"):
                 raw.append(
-                    compare(runs[1e-5], runs[big], metric, f"{name}, eps 1e-5", f"eps {_eps(big)}")
+                    _cmp(runs[1e-5], runs[big], metric, f"{name}, eps 1e-5", f"eps {_eps(big)}")
                 )
                 keys.append((name, big, metric))
         if fam["norm"] == "LayerNorm":
             none = _sel(placement="none", init=fam["init"], eps=None)
-            raw.append(compare(none, runs[1.0], "final_excess", f"no norm, {fam['init']}", "eps 1"))
+            raw.append(_cmp(none, runs[1.0], "final_excess", f"no norm, {fam['init']}", "eps 1"))
             keys.append((name, "none", "final_excess"))
     effects = holm(raw, family="too large an epsilon")
     by = dict(zip(keys, effects))
@@ -531,7 +555,7 @@ def _placement_effects(a: str, b: str, **where) -> tuple[list[Comparison], dict]
     for init in INIT_NAMES:
         ra = _sel(placement=a, init=init, eps=None if a == "none" else 1e-5, **where)
         rb = _sel(placement=b, init=init, eps=None if b == "none" else 1e-5, **where)
-        raw += [compare(ra, rb, m, f"{a}, {init}", f"{b}, {init}") for m in _PLACEMENT_METRICS]
+        raw += [_cmp(ra, rb, m, f"{a}, {init}", f"{b}, {init}") for m in _PLACEMENT_METRICS]
         facts[init] = {
             "dead": [sum(r.dead for r in ra), sum(r.dead for r in rb)],
             "nonfinite_steps": [
@@ -755,8 +779,8 @@ def finetune_mismatch() -> Claim:
                 rs = _sel(init=init, eps=ea, ft_eps=eb, ft_precision=prec)
                 label, to = f"{init}, trained {_eps(ea)}", f"{_eps(eb)} {prec}"
                 raw += [
-                    compare(ctrl, rs, "after_swap", label, to),
-                    compare(ctrl, rs, "after_finetune", label, to),
+                    _cmp(ctrl, rs, "after_swap", label, to),
+                    _cmp(ctrl, rs, "after_finetune", label, to),
                 ]
                 qmin = min(float(np.nanmin(r.stat("q_min")[-1])) for r in base)
                 qmed = float(np.median([np.nanmedian(r.stat("q_p50")[-1]) for r in base]))
@@ -792,12 +816,18 @@ def finetune_mismatch() -> Claim:
     counts = {
         o: sum(e.outcome == o for e in effects) for o in ("effect", "equivalent", "undecided")
     }
+    # the verdict rests on the swaps with ten draws (all of them, since ten_seeds covers every
+    # swap); one with fewer would be undecided by construction, and is named
+    tested = [e for e in effects if e.n >= MIN_DRAWS]
+    few = sorted({f"{e.a} -> {e.b}" for e in effects if e.n < MIN_DRAWS})
     hit = sorted({f"{e.a} -> {e.b} ({e.metric})" for e in effects if e.is_effect})
     finding = (
         f"{len(keys)} swaps, each against its control (same model, same epsilon, float32), paired by "
         f"seed, the held-out loss right after the swap and after fine-tuning; Holm over the "
         f"{len(effects)} differences: {counts['effect']} effects, {counts['equivalent']} equivalent "
-        f"within the margin, {counts['undecided']} undecided. Effects: "
+        f"within the margin, {counts['undecided']} undecided"
+        + (f" (below {MIN_DRAWS} draws: " + "; ".join(few) + ")" if few else "")
+        + ". Effects: "
         + ("; ".join(hit) if hit else "none")
         + ". The norm's output changes by "
         "|sqrt((q+a)/(q+b)) - 1| (lneps.book.eps_swap): at the trained models' median q that is at most "
@@ -806,13 +836,14 @@ def finetune_mismatch() -> Claim:
         f"{max(v['predicted_change_at_median_q'] for k, v in facts.items() if '0.001' in k):.1g} for 1e-3."
     )
     facts["counts"] = counts
-    only_big = all(e.b.startswith("0.001") for e in effects if e.is_effect)
-    if counts["effect"] and only_big:
+    facts["few_draws"], facts["tested"] = few, len(tested)
+    only_big = all(e.b.startswith("0.001") for e in tested if e.is_effect)
+    if any(e.is_effect for e in tested) and only_big:
         verdict = "qualified"
-    elif counts["effect"]:
+    elif any(e.is_effect for e in tested):
         verdict = "true"
-    elif counts["undecided"] == 0:
-        verdict = "corrected"  # every swap equivalent to its control within the margin
+    elif tested and all(e.is_equivalent for e in tested):
+        verdict = "corrected"  # every swap tested equivalent to its control within the margin
     else:
         verdict = "undecided"
     return Claim(
@@ -832,29 +863,26 @@ def finetune_mismatch() -> Claim:
 def norm_in_float32() -> Claim:
     """ "Cast the normalization computation to float32 temporarily ... This is exactly what
     PyTorch's built-in LayerNorm does internally ... critical to correctness": what torch 2.13's
-    CPU kernels and CPU autocast do (measured, stored in the manifest), and whether the norm's
-    input and output format matters to training: (c) the norm's input and output rounded to
-    bfloat16 (the residual stream, parameters and AdamW stay float32) against (b) bfloat16
-    autocast with the norm in float32, and (b) against float32 throughout (a), pre-norm
-    ``normal`` at 1e-5, held-out loss after 150 steps."""
+    CPU kernels and CPU autocast do (measured, stored in the manifest); in training, the
+    float16 kernel (f) against its controls (:func:`half_kernel`, ten draws: the verdict rests
+    on these); and (c) the norm's input and output rounded to bfloat16 (the residual stream,
+    parameters and AdamW stay float32) against (b) bfloat16 autocast with the norm in float32,
+    and (b) against float32 (a), pre-norm ``normal`` at 1e-5, held-out loss after 150 steps,
+    ten draws."""
+    n = PRECISION_STEPS
     a = _sel(placement="pre", init="normal", eps=1e-5)
-    b = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm32", steps=150)
-    c = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm16", steps=150)
-    effects = tuple(
-        holm(
-            [
-                compare(
-                    b,
-                    c,
-                    "excess_at_150",
-                    "(b) bfloat16, norm in float32",
-                    "(c) norm's input and output in bfloat16",
-                ),
-                compare(a, b, "excess_at_150", "(a) float32", "(b) bfloat16, norm in float32"),
-            ],
-            family="the norm's format",
-        )
+    b = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm32", steps=n)
+    c = _sel(placement="pre", init="normal", eps=1e-5, precision="bf16_norm16", steps=n)
+    bf16 = holm(
+        [
+            _cmp(b, c, f"excess_at_{n}", "(b) bfloat16, norm in float32",
+                 "(c) norm's input and output in bfloat16"),
+            _cmp(a, b, f"excess_at_{n}", "(a) float32", "(b) bfloat16, norm in float32"),
+        ],
+        family="the norm's input and output in bfloat16",
     )
+    hk = half_kernel()
+    effects = tuple(hk["effects"]) + tuple(bf16)
     auto = stored.manifest()["autocast"]
     dt = auto["output_dtype"]
     kernels = auto["low_precision_kernels"]
@@ -867,29 +895,43 @@ def norm_in_float32() -> Claim:
         dt["autocast bfloat16, input bfloat16"]["layer_norm"] == "bfloat16"
         and dt["autocast bfloat16, input float32"]["layer_norm"] == "float32"
     )
+    rows = {(r["init"], r["eps"]): r for r in hk["rows"]}
+    dead_small = [e for (i, e), r in rows.items() if i == "small" and r["dead"] == r["runs"]]
+    killed = all(rows[("small", e)]["comparison"].diff == math.inf for e in dead_small)
+    alive = [r for r in hk["rows"] if r["dead"] == 0]
     facts = {
         "kernels_accumulate_in_float32": internal32,
         "cpu_autocast_keeps_input_type": cpu_autocast_keeps,
         "autocast_output_dtype": dt,
         "torch": stored.manifest()["provenance"]["torch"],
-        "outcomes": [e.outcome for e in effects],
-        "seeds": effects[0].n,
+        "bf16_outcomes": [e.outcome for e in bf16],
+        "bf16_draws": bf16[0].n,
+        "half_dead_small_eps": dead_small,
+        "half_alive": [(r["init"], r["eps"], r["comparison"].outcome) for r in alive],
+        "seeds": hk["effects"][0].n,
     }
-    equivalent = all(e.is_equivalent for e in effects)
     finding = (
         f"torch {facts['torch']}'s CPU layer_norm and rms_norm on bfloat16 or float16 input "
-        f"{'accumulate in float32' if internal32 else 'do not accumulate in float32'}: a float16 row near 300, "
-        f"whose squares overflow float16, normalizes finitely, and a row of 1e-4, whose squares underflow, "
-        f"normalizes to unit variance with epsilon 0. CPU autocast "
-        f"{'leaves layer_norm in its input type' if cpu_autocast_keeps else 'changes layer_norm'}. In training "
-        f"(held-out loss after 150 steps, paired): (c) against (b) {_text(effects[0])}; (b) against (a) "
-        f"{_text(effects[1])}. A norm whose variance is computed in a half format, as a hand-written kernel "
-        f"may do, was not run."
+        f"{'accumulate in float32' if internal32 else 'do not accumulate in float32'}, and CPU "
+        f"autocast "
+        f"{'leaves layer_norm in its input type' if cpu_autocast_keeps else 'changes it'}. "
+        f"A kernel that computes the variance in float16 (f), at the small init (q0 "
+        f"{rows[('small', 1e-8)]['q0']:.2g}, below float16's smallest subnormal, so the float16 "
+        f"variance is 0): with epsilon {', '.join(_eps(e) for e in dead_small)} (0 in float16) "
+        f"every draw dies; "
+        + "; ".join(
+            f"{r['init']}, {_eps(r['eps'])} against {r['control']}: {_text(r['comparison'])}"
+            for r in alive
+        )
+        + f"; (f) 1e-6 against 1e-5: {_text(hk['eps_cost'])}. The norm's input and output in "
+        f"bfloat16, (c) against (b): {_text(bf16[0])}; (b) against (a): {_text(bf16[1])}."
     )
-    if not internal32:
+    if killed and dead_small:
+        verdict = "qualified"  # critical where q is below float16's range and epsilon is 0
+    elif not internal32:
         verdict = "true"
-    elif equivalent:
-        verdict = "qualified"
+    elif all(r["comparison"].is_equivalent for r in hk["rows"]):
+        verdict = "corrected"
     else:
         verdict = "undecided"
     return Claim(
@@ -901,6 +943,72 @@ def norm_in_float32() -> Claim:
         effects,
         facts,
     )
+
+
+# --- a norm computed in float16 -----------------------------------------------------------------
+
+
+def _crossing(runs, eps: float) -> float | None:
+    """Median over the live runs of the first recorded step at which the median q at the first
+    norm reaches ``eps`` (None when no run gets there)."""
+    hits = []
+    for r in runs:
+        if r.dead:
+            continue
+        q = r.stat("q_p50")[:, 0]
+        k = np.nonzero(q >= eps)[0]
+        if len(k):
+            hits.append(int(r.record_steps[k[0]]))
+    return float(np.median(hits)) if hits else None
+
+
+@functools.cache
+def half_kernel() -> dict:
+    """The ``half_kernel`` slice (:mod:`.grid`): pre-norm layer norm in mode (f), the norm and its
+    variance computed in float16 with epsilon stored in float16, 150-step prefixes, ten draws.
+    Per (init, epsilon) of :data:`.grid.HALF_KERNEL` a row: epsilon in float16, the median q at
+    the first norm at step 0 (q0) and the smallest q of any row there, the dead runs (with the
+    exact 95 % interval of the share that dies, :func:`.effects.death_share_ci`, and the dead
+    controls) and their non-finite steps, the step at which the median q at the first norm reaches epsilon, and the
+    paired comparison of the held-out loss after 150 steps against its control: float32 (a) at
+    the same epsilon at ``small``, mode (e) at the same epsilon at ``normal`` (the same autocast
+    and epsilon 0, the statistics in float32). One more comparison: (f) at 1e-6 against (f) at
+    1e-5 at ``small``. Holm over that family (``effects``)."""
+    n = PRECISION_STEPS
+    raw, rows = [], []
+    for init, e in HALF_KERNEL:
+        f = _sel(placement="pre", init=init, eps=e, precision="fp16_var16", steps=n)
+        if init == "small":
+            ctrl, what = _sel(placement="pre", init=init, eps=e), "(a) float32"
+        else:
+            ctrl = _sel(placement="pre", init=init, eps=e, precision="fp16_eps16", steps=n)
+            what = "(e) statistics in float32"
+        raw.append(_cmp(ctrl, f, f"excess_at_{n}", f"{what}, {init}, {_eps(e)}",
+                        "(f) float16 kernel"))
+        e16 = float(np.float16(e))
+        rows.append({
+            "init": init,
+            "eps": e,
+            "eps_float16": e16,
+            "runs": len(f),
+            "dead": sum(r.dead for r in f),
+            "dead_ci95": death_share_ci(sum(r.dead for r in f), len(f)),
+            "control_dead": sum(r.dead for r in ctrl),
+            "first_nonfinite_step": sorted({r.first_nonfinite_step for r in f if r.dead}),
+            "nonfinite_steps": [int(r.meta["nonfinite_steps"]) for r in f],
+            "q0": _q0(f),
+            "q0_min": float(min(np.nanmin(r.stat("q_min")[0]) for r in f)),
+            "q0_over_eps": _q0(f) / e16 if e16 else math.inf,
+            "steps_to_q_eps": _crossing(f, e16) if e16 else None,
+            "control": what,
+        })
+    small = {e: _sel(placement="pre", init="small", eps=e, precision="fp16_var16", steps=n)
+             for e in (1e-6, 1e-5)}
+    raw.append(_cmp(small[1e-5], small[1e-6], f"excess_at_{n}", "(f) small, 1e-5", "(f) 1e-6"))
+    effects = holm(raw, family="the float16 kernel (f)")
+    for row, c in zip(rows, effects):
+        row["comparison"] = c
+    return {"rows": rows, "effects": effects, "eps_cost": effects[-1]}
 
 
 # --- the rule in q, and the guide's table ------------------------------------------------------

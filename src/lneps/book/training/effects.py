@@ -13,7 +13,9 @@ seed differ only by the configuration: :func:`compare` takes the per-seed differ
   :data:`ALPHA` (after Holm), :math:`\Delta` the metric's margin :data:`MARGINS`, fixed before
   the ten-seed runs were made: the 90 % interval lies inside :math:`(-\Delta, \Delta)`;
 * ``"undecided"``: neither. With few seeds most small differences are undecided, and the
-  book says so rather than reading a miss as "the same".
+  book says so rather than reading a miss as "the same". A comparison made with
+  ``min_draws`` (the verdicts use :data:`MIN_DRAWS`) is undecided below that many draws,
+  whatever its tests say: a verdict rests on at least ten paired draws.
 
 The margin for the losses is 0.002 nats: a 0.2 % change of perplexity, the size of the offset
 between the chain's entropy rate and its own held-out loss (a difference no model can remove,
@@ -47,6 +49,7 @@ from . import stored
 
 __all__ = [
     "ALPHA",
+    "MIN_DRAWS",
     "MARGINS",
     "OUTCOMES",
     "METRICS",
@@ -60,6 +63,7 @@ __all__ = [
     "t_quantile",
     "t_two_sided_p",
     "power",
+    "death_share_ci",
     "Comparison",
     "paired",
     "compare",
@@ -69,6 +73,8 @@ __all__ = [
 ]
 
 ALPHA = 0.05
+#: The fewest paired draws a verdict of the book rests on (``compare(..., min_draws=...)``).
+MIN_DRAWS = 10
 OUTCOMES = ("effect", "equivalent", "undecided")
 _NATS = 0.002
 #: The equivalence margin per metric, fixed in advance (see the module's docstring).
@@ -221,6 +227,44 @@ def power(effect_size: float, n: int, alpha: float = ALPHA) -> float:
         return float(mpmath.quad(f, [0, df, 4 * df, mpmath.inf]))
 
 
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), as an exact sum of n - k + 1 terms."""
+    return math.fsum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+@functools.cache
+def death_share_ci(dead: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    r"""The exact (Clopper-Pearson) ``level`` interval of the share of runs that die, from
+    ``dead`` of ``n`` independent draws: the lower end solves :math:`P(X \ge dead) = (1 -
+    level)/2`, the upper :math:`P(X \le dead) = (1 - level)/2`, for :math:`X \sim
+    \mathrm{Binomial}(n, p)`, by bisection on the exact binomial sums to 1e-12. For a verdict
+    that rests on runs dying (a paired difference has no finite value there): at 10 of 10 the
+    share is at least :math:`(0.025)^{1/10} = 0.69`.
+
+    >>> [round(x, 4) for x in death_share_ci(10, 10)], [round(x, 4) for x in death_share_ci(0, 10)]
+    ([0.6915, 1.0], [0.0, 0.3085])
+    >>> [round(x, 4) for x in death_share_ci(5, 10)]
+    [0.1871, 0.8129]
+    """
+    if not (isinstance(dead, int) and isinstance(n, int)) or not 0 <= dead <= n or n < 1:
+        raise ValueError(f"need integers 0 <= dead <= n, n >= 1; got dead={dead!r}, n={n!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1); got {level}")
+    a = (1 - level) / 2
+
+    def solve(f, target) -> float:  # f increases with p
+        lo, hi = 0.0, 1.0
+        while hi - lo > 1e-12:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    # P(X >= dead) = a, and P(X <= dead) = a, i.e. P(X >= dead + 1) = 1 - a
+    lower = 0.0 if dead == 0 else solve(lambda p: _binomial_tail(dead, n, p), a)
+    upper = 1.0 if dead == n else solve(lambda p: _binomial_tail(dead + 1, n, p), 1 - a)
+    return lower, upper
+
+
 def _one_sided_p(t: float, df: int) -> float:
     """P(T >= t)."""
     half = t_two_sided_p(abs(t), df) / 2
@@ -246,6 +290,8 @@ class Comparison:
     family: str = ""
     p_adjust: float | None = None
     p_tost_adjust: float | None = None
+    #: Below this many draws the outcome is ``"undecided"`` (0: no minimum).
+    min_draws: int = 0
 
     @property
     def n(self) -> int:
@@ -329,7 +375,10 @@ class Comparison:
 
     @property
     def outcome(self) -> str:
-        """``"effect"``, ``"equivalent"`` or ``"undecided"`` (see the module)."""
+        """``"effect"``, ``"equivalent"`` or ``"undecided"`` (see the module); undecided
+        below :attr:`min_draws` draws."""
+        if self.n < self.min_draws:
+            return "undecided"
         p = self.p if self.p_adjust is None else self.p_adjust
         pt = self.p_tost if self.p_tost_adjust is None else self.p_tost_adjust
         if p < ALPHA and abs(self.diff) > self.floor:
@@ -372,6 +421,7 @@ class Comparison:
             "margin": self.margin,
             "floor": self.floor,
             "outcome": self.outcome,
+            "min_draws": self.min_draws,
             "family": self.family,
         }
 
@@ -393,12 +443,16 @@ def paired(
     a: str = "A",
     b: str = "B",
     seeds=None,
+    min_draws: int = 0,
 ) -> Comparison:
-    """A :class:`Comparison` from per-seed values (same order: seed i of A with seed i of B).
+    """A :class:`Comparison` from per-seed values (same order: seed i of A with seed i of B);
+    undecided below ``min_draws`` draws.
 
     >>> c = paired([1.0, 2.0, 3.0, 4.0], [1.1, 2.1, 3.2, 4.0], margin=0.5)
     >>> round(c.diff, 3), c.outcome
     (0.1, 'equivalent')
+    >>> paired([1.0, 2.0, 3.0, 4.0], [1.1, 2.1, 3.2, 4.0], margin=0.5, min_draws=10).outcome
+    'undecided'
     """
     va, vb = tuple(float(v) for v in values_a), tuple(float(v) for v in values_b)
     if len(va) != len(vb) or not va:
@@ -408,7 +462,8 @@ def paired(
     if not margin > 0:
         raise ValueError(f"margin must be positive; got {margin}")
     seeds = tuple(range(len(va))) if seeds is None else tuple(seeds)
-    return Comparison(metric, a, b, seeds, va, vb, float(margin), float(floor))
+    return Comparison(metric, a, b, seeds, va, vb, float(margin), float(floor),
+                      min_draws=int(min_draws))
 
 
 def holm(comparisons, family: str = "") -> list:
@@ -471,10 +526,12 @@ def compare(
     label_b: str = "B",
     paired_by_seed: bool = True,
     data_dir=stored.DATA_DIR,
+    min_draws: int = 0,
     **_ignored,
 ) -> Comparison:
     """The :class:`Comparison` of configuration B against A (their runs) on ``metric`` (a key of
-    :data:`METRICS`), paired by seed over the seeds both have."""
+    :data:`METRICS`), paired by seed over the seeds both have; undecided below ``min_draws``
+    draws."""
     if not runs_a or not runs_b:
         raise ValueError(f"nothing to compare: {len(runs_a)} runs against {len(runs_b)}")
     if metric not in METRICS:
@@ -485,7 +542,7 @@ def compare(
     seeds = sorted(set(by_a) & set(by_b))
     if not seeds:
         raise ValueError("the two configurations share no seed")
-    return paired(
+    c = paired(
         [f(by_a[s]) for s in seeds],
         [f(by_b[s]) for s in seeds],
         metric=metric,
@@ -494,3 +551,4 @@ def compare(
         b=label_b,
         seeds=seeds,
     )
+    return replace(c, min_draws=int(min_draws))

@@ -36,12 +36,24 @@ Slices (:data:`SLICES`; :func:`configs` lists a slice's runs):
     control), the other one, or 1e-3 (TensorFlow/Keras), in float32; and for ``normal`` in
     modes (c) and (e) with its own epsilon (so 1e-12 becomes 0 in (e)). ``small`` is where q is
     smallest after training, so where a swap can matter most.
+``half_kernel``
+    Pre-norm layer norm in mode (f) of :mod:`.precision` (the norm and its variance computed in
+    float16, forward and backward, epsilon stored in float16), 150-step prefixes, seeds 0-9,
+    all made on one machine (their float32 controls' seeds 0-2 on the first): at init
+    ``small``, where q at step 0 (about 2e-8) is below float16's smallest subnormal, so the
+    float16 variance is 0, with epsilon 1e-12 and 1e-8 (both 0 in float16: BERT's value and the smallest the sweep
+    keeps) against 1e-6 and 1e-5 (1.01e-6 and 1.0014e-5 in float16, the guide's value and
+    PyTorch's); and at init ``normal`` (q near 1e-3) with 1e-12, the contrast where 0 is
+    harmless, paired with mode (e) at 1e-12 (the same epsilon 0 and autocast, the statistics
+    in float32): what the float16 variance alone does. The float32 runs of ``eps_sweep`` at
+    the same epsilon, at step 150, are the controls (same schedule, same seeds).
 ``ten_seeds``
     Seeds 3-9 (:data:`MORE_SEEDS`) of the configurations of the first five slices that the
     chapter's verdicts and the guide's rows rest on (:data:`TEN_SEEDS`): a paired difference
-    over ten seeds resolves a few 1e-3 nats, where three seeds resolve only large effects. The
-    precision and fine-tuning slices keep three seeds: their comparisons were equivalent within
-    the margin already (or dead against alive).
+    over ten seeds resolves a few 1e-3 nats, where three seeds resolve only large effects.
+    Every placement run; of the precision slice, every pre-norm run ((d), (e), the bfloat16 pair
+    (b)/(c), ``fp16_pure``) and (e) at the sandwich; every swap of the fine-tuning slice. Only
+    (d) at the sandwich keeps three seeds: its skipped steps are reported, not compared.
 ``lr``
     Pre-norm and post-norm layer norm at 1e-5 and no norm, init ``normal``, at peak learning
     rates 1e-2 and 3e-2 (the recipe's is 3e-3), seeds 0-3 (:data:`FEW_SEEDS`): does the
@@ -70,6 +82,8 @@ __all__ = [
     "FIRST_SLICES",
     "TEN_SEEDS",
     "FEW_SEEDS",
+    "TEN",
+    "HALF_KERNEL",
     "LRS",
     "EPS_SWEEP",
     "INIT_NAMES",
@@ -149,6 +163,20 @@ def _finetune():
     return _seeded(out)
 
 
+#: The ``half_kernel`` slice's (init, epsilon) pairs and its seeds.
+HALF_KERNEL = (("small", 1e-12), ("small", 1e-8), ("small", 1e-6), ("small", 1e-5),
+               ("normal", 1e-12))
+TEN = FIRST_SEEDS + MORE_SEEDS
+
+
+def _half_kernel():
+    return [
+        RunConfig(init=i, eps=e, precision="fp16_var16", steps=PRECISION_STEPS, seed=s)
+        for i, e in HALF_KERNEL
+        for s in TEN
+    ]
+
+
 def _placements(**kw):
     return [
         RunConfig(eps=1e-5, **kw),
@@ -177,15 +205,20 @@ def _scale():
 #: Which configurations of the first slices ``ten_seeds`` extends to ten seeds: (slice, a
 #: predicate on the configuration). Those the chapter's verdicts and the guide's rows rest on.
 TEN_SEEDS = (
-    # the sweep where it decides something: every epsilon against 0 but 1e-12 and 1e-8 at the
-    # usual init (bit for bit or equivalent to 0 there already at three seeds); all at small
-    ("eps_sweep", lambda c: c.init == "small" or c.eps not in (1e-12, 1e-8)),
-    # post-norm at 1e-5 at every init (pre against post), the sandwich at zero_resid (the zero
-    # rows), pre-norm at zero_resid (the norm against none at every init)
-    ("placement", lambda c: (c.placement == "post" and c.eps == 1e-5)
-     or (c.placement, c.init) == ("sandwich", "zero_resid")
-     or (c.placement, c.init, c.eps) == ("pre", "zero_resid", 1e-5)),
+    # the whole sweep: every epsilon against 0 in every family
+    ("eps_sweep", lambda c: True),
+    # every placement run: pre against post, the zero rows (epsilon 0) at every init, the
+    # sandwich at every init
+    ("placement", lambda c: True),
     ("no_norm", lambda c: True),
+    # every pre-norm run: (d) against (e) at 1e-12 where q > 0 (pre-norm ``normal``), the
+    # bfloat16 pair (b)/(c) and the fp16_pure contrast; (e) at the sandwich's q = 0 rows
+    # (against the float32 runs at 1e-12); (d) at the sandwich keeps three seeds (its skipped
+    # steps are a fact, not a comparison)
+    ("precision", lambda c: c.placement == "pre"
+     or (c.placement, c.precision) == ("sandwich", "fp16_eps16")),
+    # every swap, in float32 and in low precision
+    ("finetune", lambda c: True),
 )
 
 
@@ -205,6 +238,7 @@ SLICES = {
     "precision": _precision,
     "finetune": _finetune,
     "ten_seeds": _ten_seeds,
+    "half_kernel": _half_kernel,
     "lr": _lr,
     "scale": _scale,
 }

@@ -38,7 +38,8 @@ import torch.nn.functional as F
 from .precision import PRECISIONS, effective_eps
 from .record import q_stats
 
-__all__ = ["ModelSpec", "INITS", "PLACEMENTS", "NORMS", "SiteNorm", "Recorder", "TinyGPT"]
+__all__ = ["ModelSpec", "INITS", "PLACEMENTS", "NORMS", "half_norm", "SiteNorm", "Recorder",
+           "TinyGPT"]
 
 INITS = {"normal": 0.02, "small": 1e-4, "zero_resid": 0.02}
 PLACEMENTS = ("pre", "post", "sandwich", "none")
@@ -62,6 +63,74 @@ class ModelSpec:
     init: str = "normal"
     eps: float = 1e-5
     precision: str = "fp32"
+
+
+def _sum16(t: torch.Tensor) -> torch.Tensor:
+    """The sum over the last axis as a tree of float16 additions (each rounded to float16):
+    the butterfly a warp-shuffle reduction performs; the width must be a power of two."""
+    n = t.shape[-1]
+    if n & (n - 1):
+        raise ValueError(f"the float16 tree sum needs a power-of-two width; got {n}")
+    while n > 1:
+        n //= 2
+        t = t[..., :n] + t[..., n:]
+    return t
+
+
+class _HalfCore(torch.autograd.Function):
+    r"""The normalized core :math:`\hat x = d \cdot r`, :math:`r = (v + \varepsilon)^{-1/2}`, of
+    :func:`half_norm`, forward and backward in float16 as a hand-written kernel computes them.
+    The backward is the kernel's formula :math:`\partial x = r\,(g - \bar g - \hat x\,
+    \overline{g \hat x})` (RMS norm: without :math:`\bar g`), its means float16 tree sums; not
+    autograd through the forward's operations, whose derivative of the root,
+    :math:`-r^3/2`, overflows float16 once :math:`r > 40`."""
+
+    @staticmethod
+    def forward(ctx, x, eps16, centre: bool):
+        inv_n = torch.tensor(1.0 / x.shape[-1], dtype=x.dtype)
+        d = x - _sum16(x) * inv_n if centre else x
+        v = _sum16(d * d) * inv_n
+        r = torch.rsqrt(v + eps16)
+        xhat = d * r
+        ctx.save_for_backward(xhat, r)
+        ctx.centre = centre
+        return xhat
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, r = ctx.saved_tensors
+        g = g.to(xhat.dtype)
+        inv_n = torch.tensor(1.0 / g.shape[-1], dtype=g.dtype)
+        inner = g - xhat * (_sum16(g * xhat) * inv_n)
+        if ctx.centre:
+            inner = inner - _sum16(g) * inv_n
+        return r * inner, None, None
+
+
+def half_norm(x: torch.Tensor, kind: str, weight: torch.Tensor, bias: torch.Tensor | None,
+              eps: float) -> torch.Tensor:
+    r"""Layer norm (``kind`` ``"LayerNorm"``) or RMS norm over the last axis computed in float16
+    throughout, as a hand-written half-precision kernel does: :math:`\mu = \mathrm{fl}(\sum x /
+    n)`, :math:`d = \mathrm{fl}(x - \mu)` (RMS norm: :math:`d = x`), :math:`v = \mathrm{fl}(
+    \sum d^2 / n)`, :math:`r = \mathrm{fl}(\mathrm{rsqrt}(v + \varepsilon))`, :math:`y =
+    \mathrm{fl}(d \cdot r)`, then the gain and bias, every operation rounded to float16 and each
+    sum a tree of float16 additions (:func:`_sum16`); ``eps`` is rounded to float16 first. The
+    backward is the kernel's own, in float16 too (:class:`_HalfCore`). Unlike torch's CPU kernels
+    (which accumulate in float32), a variance below half float16's smallest subnormal
+    (:math:`2^{-25} \approx 2.98 \times 10^{-8}`) becomes exactly 0, and so does an epsilon
+    below it (1e-8, 1e-12).
+
+    >>> x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1e-4, -1e-4, 1e-4, -1e-4]])
+    >>> half_norm(x, "LayerNorm", torch.ones(4), torch.zeros(4), 1e-5)[0].float()
+    tensor([-1.3418, -0.4473,  0.4473,  1.3418])
+    >>> half_norm(x, "LayerNorm", torch.ones(4), None, 1e-8)[1].float()  # v = 0 and eps = 0
+    tensor([inf, -inf, inf, -inf])
+    """
+    h = torch.float16
+    with torch.autocast("cpu", enabled=False):
+        core = _HalfCore.apply(x.to(h), torch.tensor(eps, dtype=h), kind == "LayerNorm")
+        y = core * weight.to(h)
+        return y + bias.to(h) if bias is not None else y
 
 
 class Recorder:
@@ -90,10 +159,13 @@ class SiteNorm(nn.Module):
         self.eps = effective_eps(spec.eps, spec.precision)
         nd = PRECISIONS[spec.precision].norm_dtype
         self.dtype = _DTYPES[nd] if nd else None
+        self.half = PRECISIONS[spec.precision].kernel == "half"
         self.weight = nn.Parameter(torch.ones(spec.width))
         self.bias = nn.Parameter(torch.zeros(spec.width)) if spec.norm == "LayerNorm" else None
 
     def _kernel(self, x):
+        if self.half:
+            return half_norm(x, self.kind, self.weight, self.bias, self.eps)
         d = (x.shape[-1],)
         if self.kind == "LayerNorm":
             return F.layer_norm(x, d, self.weight, self.bias, self.eps)

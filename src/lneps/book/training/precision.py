@@ -10,11 +10,18 @@ mode               what it models
                    on its float32 list)
 ``bf16_norm16``    (c) bfloat16 autocast; each norm receives its input in bfloat16 and returns
                    bfloat16: what CPU autocast does to a bfloat16 input (it leaves
-                   ``layer_norm`` and ``rms_norm`` in their input's type), and what a model
-                   held in bfloat16 does
+                   ``layer_norm`` and ``rms_norm`` in their input's type). Only the norm's
+                   input and output are rounded: the residual stream, the parameters and
+                   AdamW stay float32 (it is not a model held in bfloat16)
 ``fp16_norm32``    (d) float16 autocast with loss scaling (``GradScaler("cpu")``), norms as (b)
 ``fp16_eps16``     (e) as (d), but each norm receives float16 and its epsilon is stored in
                    float16: ``eps = float(np.float16(eps))`` (1e-12 and 1e-8 become 0)
+``fp16_var16``      (f) as (e), but the norm is a hand-written half-precision kernel
+                   (:func:`.model.half_norm`): the mean, the centred squares, their sum, the
+                   variance, epsilon added and the reciprocal square root all in float16, as
+                   a CUDA kernel with ``__half`` accumulators computes them, and its backward
+                   in float16 too; a variance below half float16's smallest subnormal
+                   (2.98e-8) becomes exactly 0
 ``fp16_pure``      contrast: ``model.half()``, no autocast, no scaler, AdamW's own eps = 1e-8
                    in float16 arithmetic (where it is 0): Adam's epsilon, not the norm's
 =================  =====================================================================
@@ -25,7 +32,8 @@ AdamW's epsilon is :data:`ADAM_EPS`; the norm's epsilon is the only one compared
 torch's CPU kernels for ``layer_norm`` and ``rms_norm`` on bfloat16 or float16 input
 accumulate the statistics in float32 and add epsilon in float32 (:func:`measure_autocast`
 checks both), so "computed in bfloat16" means: input and output rounded to bfloat16, epsilon
-not rounded. Only mode (e) rounds epsilon, as a float16 stored constant would be.
+not rounded. Modes (e) and (f) round epsilon, as a float16 stored constant would be; only (f)
+computes the statistics in float16.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ class Precision:
     scaler: bool              # torch.amp.GradScaler("cpu") loss scaling
     params: str = "float32"
     label: str = ""
+    #: ``"torch"``: torch's own kernel (float32 statistics on CPU); ``"half"``: the float16
+    #: kernel :func:`.model.half_norm`
+    kernel: str = "torch"
 
 
 PRECISIONS = {p.name: p for p in (
@@ -56,11 +67,15 @@ PRECISIONS = {p.name: p for p in (
     Precision("bf16_norm32", "bfloat16", "float32", None, False,
               label="(b) bfloat16 autocast, norm in float32 (CUDA autocast)"),
     Precision("bf16_norm16", "bfloat16", "bfloat16", None, False,
-              label="(c) bfloat16 autocast, norm in bfloat16 (CPU autocast on bfloat16 input)"),
+              label="(c) bfloat16 autocast, the norm's input and output in bfloat16 "
+                    "(CPU autocast)"),
     Precision("fp16_norm32", "float16", "float32", None, True,
               label="(d) float16 autocast + loss scaling, norm in float32"),
     Precision("fp16_eps16", "float16", "float16", "float16", True,
               label="(e) float16 autocast + loss scaling, norm in float16, eps stored in float16"),
+    Precision("fp16_var16", "float16", "float16", "float16", True, kernel="half",
+              label="(f) float16 autocast + loss scaling, norm and its variance computed in "
+                    "float16, eps stored in float16"),
     Precision("fp16_pure", None, None, None, False, params="float16",
               label="contrast: model.half(), AdamW eps 1e-8 in float16"),
 )}
