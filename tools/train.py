@@ -379,14 +379,15 @@ def _site_rows(sites) -> dict:
 
 
 def run_probe(out: Path, sentences: int = 32):
-    """lneps.torch.probe on the lab's models at initialization (eps 1e-5) and the same statistics
-    on all-MiniLM-L6-v2's 13 layer-norm inputs (the book's first ``sentences`` sentences, float32,
-    its own eps): probe.json."""
+    """lneps.torch.probe on the lab's models at initialization (eps 1e-5) and on all-MiniLM-L6-v2
+    as a PyTorch module (lneps.book.minilm.torch_model: the packaged weights, its 13
+    nn.LayerNorm(eps=1e-12); the book's first ``sentences`` sentences, packed, float32, one
+    thread): probe.json."""
     from lneps.book.training import run
     from lneps.book.training.config import RunConfig
     from lneps.book.training.provenance import provenance
     from lneps.book.training.recipe import batch_offsets
-    from lneps.torch import probe, site_report
+    from lneps.torch import probe
     import torch
 
     run.configure(1)
@@ -403,30 +404,10 @@ def run_probe(out: Path, sentences: int = 32):
                 "seed": seed,
                 "sites": _site_rows(probe(model, x)),
             })
-    from lneps.book.minilm import encoder, files
-
-    model = files.load()
-    text = (
-        (ROOT / "book" / "data" / "sentences.txt")
-        .read_text(encoding="utf-8")
-        .splitlines()[:sentences]
-    )
-    fwd = encoder.forward(model, files.encode(model, text), keep_sites=True)
-    q = {
-        n: ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1)
-        for n, x in ((n, np.asarray(x, np.float64)) for n, x in fwd.sites.items())
-    }
-    minilm = {
-        "model": "all-MiniLM-L6-v2",
-        "sentences": sentences,
-        "tokens": int(fwd.lengths.sum()),
-        "eps": model.eps,
-        "sha256": files.model_sha256(model.directory),
-        "sites": _site_rows({n: site_report(n, "LayerNorm", model.eps, v) for n, v in q.items()}),
-    }
+    minilm = _probe_minilm(sentences)
     doc = {
-        "about": "q/eps at every norm: lneps.torch.probe on the lab's models at initialization, "
-        "and its statistics on all-MiniLM-L6-v2's layer-norm inputs (tools/train.py --probe)",
+        "about": "q/eps at every norm: lneps.torch.probe on the lab's models at initialization "
+        "and on all-MiniLM-L6-v2 as a PyTorch module (tools/train.py --probe)",
         "provenance": provenance(),
         "lab": lab,
         "minilm": minilm,
@@ -434,7 +415,31 @@ def run_probe(out: Path, sentences: int = 32):
     (out / "probe.json").write_text(
         json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8"
     )
-    print(f"probe: {len(lab)} lab models, MiniLM's {len(q)} sites -> {out / 'probe.json'}")
+    print(f"probe: {len(lab)} lab models, MiniLM's {len(minilm['sites'])} sites -> {out / 'probe.json'}")
+
+
+def _probe_minilm(sentences: int) -> dict:
+    """lneps.torch.probe on all-MiniLM-L6-v2 built as a PyTorch module from the packaged weights,
+    over the book's first ``sentences`` sentences (run.configure has fixed the threads)."""
+    import torch
+
+    from lneps.book.minilm import files, torch_model
+    from lneps.torch import probe
+
+    model = files.load()
+    text = (ROOT / "book" / "data" / "sentences.txt").read_text(encoding="utf-8").splitlines()
+    ids, lengths = torch_model.pack(files.encode(model, text[:sentences]))
+    sites = probe(torch_model.build(model), ids, lengths)
+    return {
+        "model": "all-MiniLM-L6-v2",
+        "route": "lneps.torch.probe on lneps.book.minilm.torch_model.build(load()), float32",
+        "sentences": sentences,
+        "tokens": int(lengths.sum()),
+        "eps": model.eps,
+        "sha256": files.model_sha256(model.directory),
+        "torch_threads": torch.get_num_threads(),
+        "sites": _site_rows(sites),
+    }
 
 
 def main(argv=None):

@@ -193,6 +193,8 @@ class _Hooks:
 def probe(model, *inputs, **kwargs) -> dict[str, Site]:
     """Run ``model(*inputs, **kwargs)`` once without gradients and return, per normalization
     site (in the order they ran; a module called twice pools its rows), its :class:`Site`.
+    Every row a norm receives counts, padding rows included: to measure real tokens only, pass
+    unpadded inputs (as :mod:`lneps.book.minilm.torch_model` packs its sentences).
 
     >>> import torch
     >>> m = torch.nn.LayerNorm(2, eps=2.0 ** -16)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from network_data import measurements
+from network_data import measurements, sentences
 from notebooks import BOOK, ROOT, glued, markdown, read
 from rendered import toc_pages
 
@@ -61,9 +61,11 @@ LABEL = re.compile(r"^\([\w-]+\)=$", re.M)
 OPTION = re.compile(r"^:[\w-]+:.*$", re.M)
 FORMAT_NAME = re.compile(r"\b(?:b?float(?:16|32|64))\b")
 MATH = re.compile(r"\$[^$]+\$")
+CODE = re.compile(r"^```python\n.*?^```$", re.M | re.S)   # code shown, not a number in prose
 
 
 def _typed_numbers(text: str) -> list[str]:
+    text = CODE.sub(" ", text)
     text = ROLE.sub(" ", text)
     text = LABEL.sub(" ", text)
     text = OPTION.sub(" ", text)
@@ -80,6 +82,7 @@ def test_no_number_is_typed():
 @pytest.mark.parametrize("text, found", [
     ("a threshold of 1024", True), ("$10^{-5}$", True), ("in float16 and bfloat16", False),
     ("$\\varepsilon/(2q)$", False), ("{glue:text}`thr_float16`", False), (":widths: 22 78", False),
+    ("```python\nq0 = sites[0]\n```", False), ("```python\nq0\n```, 10 rows", True),
 ])
 def test_the_typed_number_detector(text, found):
     assert bool(_typed_numbers(text)) == found
@@ -540,6 +543,29 @@ def test_the_probe_table_is_the_stored_probe(g):
         assert cells[2] == sci(q_min, 1) and cells[3] == sci(float(np.median([s["q_median"] for s in sites])), 1)
     m = probe["minilm"]
     assert any(r.startswith(f"| {m['model']} (trained) | {sci(m['eps'], 0)} |") for r in rows)
+    # MiniLM's row is lneps.torch's probe on the PyTorch module, as the page says
+    assert m["route"].startswith("lneps.torch.probe on lneps.book.minilm.torch_model")
+    assert g["net_name"] == m["model"] and "{glue:text}`net_name` built\nin PyTorch" in _markdown()
+
+
+def test_the_page_s_probe_code_runs_and_gives_the_stored_q0():
+    """The few lines the page shows, run as shown on all-MiniLM-L6-v2 as a PyTorch module over
+    the stored probe's sentences: q0 is the stored first norm's median q (to the float32 spread
+    derived in tests/book/test_minilm_torch_model.py)."""
+    pytest.importorskip("torch")
+    from lneps.book.minilm import files, torch_model
+
+    text = _markdown()
+    section = text[text.index("(guide-new-model)="):text.index("(guide-limits)=")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    stored = json.loads((TRAINING / "probe.json").read_text())["minilm"]
+    m = files.load()
+    ns = {"model": torch_model.build(m),
+          "inputs": torch_model.pack(files.encode(m, sentences()[: stored["sentences"]]))}
+    exec(code, ns)
+    first = next(iter(stored["sites"].values()))
+    assert len(ns["sites"]) == 13
+    assert ns["q0"] == pytest.approx(first["q_median"], rel=2 * 1536 * 2.0**-24)
 
 
 def test_the_limits_say_what_the_evidence_is_and_how_far_each_rule_reaches(g):

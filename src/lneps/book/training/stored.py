@@ -92,8 +92,9 @@ def held_out_floor(data_dir: Path = DATA_DIR) -> float:
 
 
 def probe(data_dir: Path = DATA_DIR) -> dict:
-    """``probe.json``: :func:`lneps.torch.probe` on the lab's models at initialization and the same
-    statistics on all-MiniLM-L6-v2's layer-norm inputs (tools/train.py --probe)."""
+    """``probe.json``: :func:`lneps.torch.probe` on the lab's models at initialization and on
+    all-MiniLM-L6-v2 as a PyTorch module (:mod:`lneps.book.minilm.torch_model`; tools/train.py
+    --probe)."""
     return _json("probe.json", data_dir)
 
 
