@@ -331,8 +331,9 @@ def verdict_table(C: dict) -> tuple[list, list]:
 def half_kernel_table() -> tuple[list, list]:
     """(header, rows) of :func:`.claims.half_kernel`: per initialization and epsilon of the
     float16 kernel (f), epsilon in float16, q0 and q0 over it, the dead draws (with the exact
-    95 % interval of the share that dies) and their non-finite steps, the step at which the median q at the first norm reaches epsilon, and the
-    paired difference of the held-out loss after 150 steps to its control."""
+    95 % interval of the share that dies) and their non-finite steps, the step at which the
+    median q at the first norm reaches epsilon, and the paired difference of the held-out loss
+    after 150 steps to its control."""
     hk = CL.half_kernel()
     header = ["init, ε", "ε in float16", "q₀ (smallest)", "q₀/ε", "dead (share, 95 %)",
               "non-finite steps",
