@@ -117,19 +117,6 @@ def test_the_error_table_prints_central_errors_and_the_bounds_of_rounding_level_
     assert rows["near-constant"] == pytest.approx(g["err_near_constant_central"], rel=0.2)
 
 
-def test_no_digit_of_the_table_is_sanitized():
-    import configparser
-    import re
-
-    from notebooks import ROOT
-
-    cfg = configparser.ConfigParser(interpolation=None)
-    cfg.read(ROOT / "tests" / "sanitize.cfg")
-    table = next(t for t in stream_text(NB) if t.startswith("tokens"))
-    for name in cfg.sections():
-        assert re.sub(cfg[name]["regex"], cfg[name]["replace"], table) == table, name
-
-
 def test_cancellation_of_the_radial_eigenvalue(g):
     # Relative error ~ u (q + eps)/eps: 1e-6 is passed near q/eps ~ 1e-6/u ~ 1e10, and the
     # eigenvalue is lost (relative error 1) near 1/u ~ 1e16.
