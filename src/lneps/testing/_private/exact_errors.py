@@ -13,6 +13,7 @@ from ...kernel.rounding import FAST_FORMATS, near_boundary
 from ...oracle import round_float64
 from .arguments import as_numpy, reduced_axes
 from .arguments import DEFAULT, Graded
+from .kernel_classes import Fmt
 
 
 def _is_midpoint(e, dt):
@@ -82,10 +83,12 @@ def errors_of(a64, e, r, s, dt, r_finite=False):
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.subtract(a64, e)
         np.abs(diff, out=diff)
-        if np.isfinite(diff).all() and (
+        # the largest |a - e| is finite only if every one is (a NaN propagates): one pass
+        if np.isfinite(diff.max(initial=0.0)) and (
             r_finite or np.isfinite(r).all()
         ):  # the usual case, in fewer passes
-            ue = ulp(e, dt)
+            fmt = Fmt(dt)
+            ue = fmt.ulp(e)  # e is finite here: lneps.formats.ulp in 3 passes (the sign bit masked)
             # ulp is monotone in |v|: ulp(max(|e|, s)) = max(ulp(e), ulp(s)), s's ulp on s's own shape
             scaled = np.maximum(ue, ulp(_compact(s), dt))
             np.divide(diff, scaled, out=scaled)
@@ -268,7 +271,10 @@ def _estimated(call, rows, xa, a):
             return measure_exact(call, rows)
         # delta per normalized slice: 2 (E |e - beta| + u |e|) at its largest
         axes = reduced_axes(-1 if call.axis is None else call.axis, a.ndim)
-        emax = np.max(np.abs(e), axis=axes, keepdims=True, initial=0.0)
+        # max |e| per slice, without a temporary |e| (a NaN propagates through both)
+        emax = np.maximum(
+            np.max(e, axis=axes, keepdims=True), -np.min(e, axis=axes, keepdims=True)
+        )
         delta = emax * (2 * (E + _U))
         if call.beta is not None:
             delta += (2 * E) * float(np.max(np.abs(call.beta), initial=0.0))

@@ -191,7 +191,10 @@ class Summary:
             return
         self.n += n
         if getattr(gr, "finite", False):
-            self.same += int(np.count_nonzero(gr.a64 == gr.r))
+            not_same = getattr(gr, "not_same", None)  # counted by deferred_bound.floored
+            self.same += n - not_same if not_same is not None else int(
+                np.count_nonzero(gr.a64 == gr.r)
+            )
         else:
             self.same += int(((gr.a64 == gr.r) | (np.isnan(gr.a64) & np.isnan(gr.r))).sum())
         self.zero += int(np.count_nonzero(gr.e == 0))
