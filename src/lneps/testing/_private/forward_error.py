@@ -160,13 +160,16 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
 
 def abs_mean_max(x2, x64=None):
     """Per row of ``x2`` (rows, d), mean |x| and max |x| in float64, each (rows, 1): the mean
-    summed in float64 as before (``np.mean`` of |x| upcast). For 16-bit x, |x| by clearing the
+    summed in float64, pairwise as ``np.mean`` of |x| upcast (exact for float16, whose sums of
+    up to 2^24 numbers fit float64's significand). For 16-bit x, |x| by clearing the
     sign bit and max |x| on those bits (sign and magnitude: their order is the magnitudes', a
     NaN above infinity, as ``np.max`` lets NaN win), without a float64 pass for the max.
     ``x64``: x2 in float64, where the caller has it already (not changed)."""
     if x2.dtype.itemsize == 2:
         bits = x2.view(np.uint16) & np.uint16(0x7FFF)
-        M = bits.view(x2.dtype).astype(np.float64).mean(axis=1, keepdims=True)
+        # summed in float64 as it is read (no float64 copy of the block), pairwise as np.mean
+        M = np.add.reduce(bits.view(x2.dtype), axis=1, dtype=np.float64, keepdims=True)
+        M /= x2.shape[1]
         X = bits.max(axis=1, keepdims=True).view(x2.dtype).astype(np.float64)
         return M, X
     ax = np.abs(x2.astype(np.float64) if x64 is None else x64)

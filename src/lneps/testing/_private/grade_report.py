@@ -202,6 +202,9 @@ class Summary:
         estimated = getattr(gr, "delta", None) is not None
         for key in ("err", "scaled", "diff"):
             v = getattr(gr, key)
+            # the largest first (cheaper than its index): a NaN never beats the worst, as before
+            if not v.max() > self.worst[key][0]:
+                continue
             i = int(np.argmax(v))
             if v.flat[i] > self.worst[key][0]:
                 idx = np.unravel_index(i, v.shape)
