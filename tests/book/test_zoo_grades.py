@@ -181,3 +181,22 @@ def test_grade_returns_the_table():
     assert by["one pass in float32"]["caught_by"].startswith("bound")
     text = zg.table_text(rows)
     assert "unbiased (d - 1) variance" in text and "worst err/bound" in text
+
+
+@pytest.mark.parametrize("dtype", (np.float16, BF16), ids=str)
+@pytest.mark.parametrize("family", ("normal", "cancelling_beta"))
+def test_the_probabilistic_bound_at_d_4096_on_64_rows(dtype, family):
+    # assert_close as a kernel engineer calls it, on another input than the appendix's first:
+    # no false alarm on a correct layer-norm kernel or a design (its own class), with the default
+    # tolerance or probabilistic=True; the d - 1 variance caught per element with it
+    import lneps.testing as lt
+
+    x, g, b = lt.families(dtype, 4096, rows=64, seed=11)[family]
+    for k in kz.ZOO:
+        if k.op == "layer_norm" and k.kind in ("correct", "design"):
+            a = k.fn(x, g, b, 1e-5)
+            lt.assert_close(a, x=x, gamma=g, beta=b, eps=1e-5, kernels=k.classes)
+            lt.assert_close(a, x=x, gamma=g, beta=b, eps=1e-5, kernels=k.classes, probabilistic=True)
+    a = kz.unbiased_variance(x, g, b, 1e-5)
+    with pytest.raises(AssertionError, match="exceed their bound"):
+        lt.assert_close(a, x=x, gamma=g, beta=b, eps=1e-5, probabilistic=True)
