@@ -488,7 +488,7 @@ def _row_pass(P, a2, keep_w, block):
             # rows where most addends are tiny next to the total (a few elements dominate, the
             # rest alike: their roundings are not random): not eligible
             swamped = np.count_nonzero(zz < 8 * u * Z2[:, None], axis=1) > 0.25 * d
-            del zz, small
+            del small  # zz's buffer is reused for y w below (a block-sized array the fewer)
             # runs of equal addends (many elements far below the mean, so that x - mu rounds
             # to -mu, or a value repeated): their roundings repeat too: not eligible
             zq = z.astype(accf.dt)
@@ -541,13 +541,15 @@ def _row_pass(P, a2, keep_w, block):
             )
             if u_out:
                 # elements of one significand and gain round alike: one random error per group
-                sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
+                yw = np.multiply(y, w, out=zz)
+                sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, yw) / W)
             if "stats_in_input_format" in P["design"]:  # rstd rounded once per row: a scale of
                 sig = np.hypot(
                     sig, P["u_in"]
                 )  # mean zero within u_in (the mean's is projected out)
             if "cast_then_weighted" in P["design"]:  # the normalized value rounded once more
-                sig = np.hypot(sig, P["u_in"] * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
+                yw = np.multiply(y, w, out=zz)
+                sig = np.hypot(sig, P["u_in"] * _grouped_norm(P["x2"][r0:r1], column, yw) / W)
             if layer:
                 sig = np.hypot(sig, u * (1 + np.abs(mean[:, 0]) * r))
                 An = 0.5 * (4 + math.log2(d)) * D * D
