@@ -385,7 +385,7 @@ def _row_statistics(gr, kernels=None):
         exact=gr.e,
         stats=gr.stats,
         actual=gr.a64,
-        block=max(gr.a.size, 1),
+        block=1 << 16,
         kernels=kernels,
     )
     test._P = test._w = None  # only the per-row numbers are combined: keep no block's arrays
