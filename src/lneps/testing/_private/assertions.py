@@ -385,7 +385,7 @@ def _row_statistics(gr, kernels=None):
         exact=gr.e,
         stats=gr.stats,
         actual=gr.a64,
-        block=1 << 16,
+        block=1 << 16,  # temporaries of a few hundred kB, which the allocator keeps for the next
         kernels=kernels,
     )
     test._P = test._w = None  # only the per-row numbers are combined: keep no block's arrays
