@@ -26,8 +26,9 @@ The figures:
 - lneps.layer_norm's correctly rounded default against plain float64 NumPy on 4096 x 4096
   (bench/kernel.py): median ratios per input format, fallback rate and extra memory;
 - what grading costs (bench/testing_cost.py): lneps.testing.assert_close's default call against
-  torch.testing.assert_close with a float64 reference on 4096 x 4096 float16 and float32 (time
-  and extra memory, one thread, a fresh process per case), and 64 x 2**20 float32 in blocks.
+  torch.testing.assert_close with a float64 reference on 4096 x 4096 float16, bfloat16 and
+  float32 (time and extra memory, one thread, a fresh process per case), and 64 x 2**20 float32
+  in blocks.
 
 `--only build` measures the build figures alone (per-notebook execution, cold build, floor,
 warm rebuild, edits: a few minutes) and merges them into the existing bench/results.json: its

@@ -1,7 +1,7 @@
 """What grading costs: lneps.testing.assert_close against torch.testing.assert_close.
 
-The issue "lneps.testing, sharp", item 7: grading a 4096 x 4096 layer_norm output in float16
-and in float32 with the default call
+The issue "lneps.testing, sharp", item 7: grading a 4096 x 4096 layer_norm output in float16,
+bfloat16 and float32 with the default call
 
     lneps.testing.assert_close(actual, x=x, eps=1e-5)        # the derived tolerance, no max_ulp
 
@@ -12,7 +12,8 @@ memory of what a kernel engineer writes with torch.testing, reference included:
     torch.testing.assert_close(actual_t, expected)
 
 A float64 reference cast back to the kernel's format, compared with torch.testing's defaults
-for that format (float16: rtol 1e-3, atol 1e-5; float32: rtol 1.3e-6, atol 1e-5): the call
+for that format (float16: rtol 1e-3, atol 1e-5; bfloat16: rtol 1.6e-2, atol 1e-5; float32:
+rtol 1.3e-6, atol 1e-5): the call
 torch.testing's documentation leads to, since its default ``check_dtype=True`` refuses a
 float64 ``expected`` for a float16 ``actual``. The other reading, the float64 reference kept
 and ``check_dtype=False`` (both promoted to float64, the looser format's tolerances), is
@@ -61,7 +62,7 @@ SHAPE = (4096, 4096)
 QUICK_SHAPE = (1024, 1024)
 LONG_SHAPE = (64, 1 << 20)
 QUICK_LONG_SHAPE = (8, 1 << 20)
-DTYPES = ("float16", "float32")
+DTYPES = ("float16", "bfloat16", "float32")
 EPS = 1e-5
 RUNS = 3
 TIME_TARGET = 3.0
@@ -136,6 +137,7 @@ def _case(tool: str, dtype_name: str, shape: tuple, runs: int, max_ulp: float | 
         os.environ[var] = "1"
     import gc
 
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
     import numpy as np
 
     dtype = np.dtype(dtype_name)
@@ -159,8 +161,13 @@ def _case(tool: str, dtype_name: str, shape: tuple, runs: int, max_ulp: float | 
         keep = tool == "torch_check_dtype_false"
         given = tool == "torch_reference_given"
 
+        def tensor(a):  # no copy; torch.from_numpy takes no bfloat16 array: its bits, viewed
+            if a.dtype.name == "bfloat16":
+                return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            return torch.from_numpy(a)
+
         def prepare(x, actual):
-            x_t, actual_t = torch.from_numpy(x), torch.from_numpy(actual)
+            x_t, actual_t = tensor(x), tensor(actual)
             if given:  # the reference computed here, outside the timing and the memory figure
                 return F.layer_norm(x_t.double(), (x_t.shape[-1],), eps=EPS).to(
                     actual_t.dtype

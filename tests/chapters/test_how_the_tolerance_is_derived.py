@@ -4,9 +4,11 @@ recomputed here, and its place in the appendix."""
 import math
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+import lneps.testing as lt
 from lneps.book import kernel_zoo as kz
 from lneps.book.printing import sci
 from lneps.testing import families
@@ -84,3 +86,37 @@ def test_the_mean_rounded_to_float16(g):
     assert g["mf16_ulps"] == f"{shift / 2.0**-10:.3g}" and 1e-3 <= shift / 2.0**-10 < 100
     first, second, third = (int(v) for v in g["mf16_catches"].split(", "))
     assert first >= second >= third  # fewer as d grows
+
+
+def test_the_d_minus_1_variance_with_and_without_the_probabilistic_bound(g):
+    # the table: 64 rows of 4096, ten inputs per format and family; no false alarm either way,
+    # probabilistic=True catches every input, the default misses bfloat16's normal rows
+    table = _glued_html("tbl-unbiased-probabilistic", "text/markdown")
+    rows = [line for line in table.splitlines() if line.startswith(("| float16", "| bfloat16"))]
+    assert len(rows) == 4
+    passing = len(kz.kernels("correct", "layer_norm")) + 1  # and statistics in the input format
+    assert g["unb_passing"] == passing == 13 and g["unb_seeds"] == 10
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3] == "10 of 10" and cells[4] == cells[5] == f"0 of {10 * passing}", row
+    assert g["unb_fa_cases"] == 4 * 10 * passing
+    assert g["unb_bf16_normal"] == "0 of 10" and g["unb_default_caught"] == "30 of 40"
+    # one input recomputed: bfloat16 normal rows, the first seed
+    x, gamma, beta = families(ml_dtypes.bfloat16, 4096, rows=64)["normal"]
+    a = kz.by_name("unbiased (d - 1) variance").fn(x, gamma, beta, 1e-5)
+    lt.assert_close(a, x=x, gamma=gamma, beta=beta, eps=1e-5)  # the default misses it
+    with pytest.raises(AssertionError, match="exceed their bound"):
+        lt.assert_close(a, x=x, gamma=gamma, beta=beta, eps=1e-5, probabilistic=True)
+
+
+def test_where_the_probabilistic_model_reaches_least(g):
+    # the design that stores its statistics in float16, against its own class, on lneps.families'
+    # rows of tiny spread: more false alarms with probabilistic=True than without
+    assert (g["tiny_default"], g["tiny_prob"], g["tiny_cases"]) == (1, 3, 4)
+    k = kz.by_name("statistics stored in the input format")
+    x, gamma, beta = families(np.float16, 1024, rows=8, kinds="all")["sd_1e-3"]
+    a = k.fn(x, gamma, beta, 1e-5)
+    kw = dict(x=x, gamma=gamma, beta=beta, eps=1e-5, kernels=k.classes)
+    lt.assert_close(a, **kw)
+    with pytest.raises(AssertionError, match="exceed their bound"):
+        lt.assert_close(a, **kw, probabilistic=True)

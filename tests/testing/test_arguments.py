@@ -50,6 +50,7 @@ def _two_pass(x, eps=1e-5):
                 "wrt",
                 "dtype",
                 "strict_dtype",
+                "probabilistic",
             ),
         ),
     ],

@@ -133,3 +133,64 @@ def test_torch_s_cpu_backward_passes_its_own_class_and_the_wrong_sign_fails_it(d
         with pytest.raises(AssertionError, match="wrong sign"):
             lt.assert_close(_torch_cpu_backward(x, dy, g, sign=1), x=x, dy=dy, gamma=g, **own)
     assert default_fails >= 1
+
+
+# --- the probabilistic bound (probabilistic=True) ---------------------------------------------
+
+
+def test_gamma_tilde_is_higham_and_mary_s_bound_at_2_to_the_minus_40_per_sum():
+    import math
+
+    from lneps.testing._private.kernel_classes import SUM_FAILURE, gamma_n, gamma_tilde
+
+    u = 2.0**-24
+    for n in (100, 4096, 8192, 1 << 20):
+        lam = math.sqrt(2 * math.log(2 * n / SUM_FAILURE)) / (1 - u)
+        # the failure probability of Higham and Mary's Theorem: 2 n exp(-lambda^2 (1-u)^2 / 2)
+        assert math.isclose(2 * n * math.exp(-((lam * (1 - u)) ** 2) / 2), 2.0**-40, rel_tol=1e-9)
+        assert gamma_tilde(n, u) == min(
+            math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u)), gamma_n(n, u)
+        )
+    # at d = 4096 it is about lambda sqrt(d) u, a quarter of the d - 1 variance's 1/(2d)
+    assert 8.5 < gamma_tilde(4096, u) / (64 * u) < 8.7
+    assert gamma_tilde(4096, u) < 0.3 / (2 * 4096)
+    assert gamma_tilde(8, u) == gamma_n(8, u)  # short sums: the worst case is smaller
+
+
+def test_the_model_is_taken_to_hold_only_on_rows_whose_addends_vary():
+    from lneps.testing._private.kernel_classes import random_rows
+
+    fams = lt.families(np.float16, 4096, rows=8)
+    for name, holds in (
+        ("normal", True),
+        ("cancelling_beta", True),
+        ("constant", False),
+        ("near_constant", False),
+        ("midpoint", False),
+    ):
+        x = fams[name].x.astype(np.float64)
+        mean = x.mean(axis=1, keepdims=True)
+        var = x.var(axis=1, keepdims=True)
+        rstd = 1 / np.sqrt(var + 1e-5)
+        z = (x - mean) * rstd
+        q = (z * z).mean(axis=1, keepdims=True)
+        q4 = (z**4).mean(axis=1, keepdims=True)
+        M = np.abs(x).mean(axis=1, keepdims=True)
+        ok = random_rows("layer_norm", 4096, 32, M, rstd, q, q4)
+        assert ok.shape == (8, 1) and bool(ok.all() if holds else not ok.any()), name
+
+
+def test_the_probabilistic_bound_lies_between_the_model_and_the_worst_case():
+    x = lt.families(np.float16, 4096, rows=8)["normal"].x
+    worst = lt.forward_bound("layer_norm", x=x, eps=1e-5)
+    sharp = lt.forward_bound("layer_norm", x=x, eps=1e-5, probabilistic=True)
+    assert np.all(sharp <= worst) and np.all(sharp >= 0.5 * 2.0**-10)  # the output's rounding
+    y = lt.forward_bound("layer_norm", x=x, eps=1e-5, dtype=np.float32, probabilistic=True)
+    w = lt.forward_bound("layer_norm", x=x, eps=1e-5, dtype=np.float32)
+    # in float32 the sums' share dominates: about 1.5 lambda sqrt(d) u against d u / 2 + ...
+    assert 3 < float(np.median(w / y)) < 12
+    c = lt.families(np.float16, 4096, rows=8)["near_constant"].x  # the model fails: worst case
+    assert np.array_equal(
+        lt.forward_bound("layer_norm", x=c, eps=1e-5, probabilistic=True),
+        lt.forward_bound("layer_norm", x=c, eps=1e-5),
+    )

@@ -271,3 +271,63 @@ def test_the_default_call_grades_large_outputs_in_blocks():
     with pytest.raises(AssertionError, match="suspect: the d - 1 \\(unbiased\\) variance"):
         lt.assert_close(unbiased, x=x, eps=1e-5)
     lt.assert_close(lneps.layer_norm(x.astype(np.float16)), x=x.astype(np.float16), eps=1e-5)
+
+
+# --- probabilistic=True: Higham and Mary's bound, opt in --------------------------------------
+
+
+def test_probabilistic_is_a_real_keyword_checked_before_any_data_is_read():
+    import inspect
+
+    p = inspect.signature(lt.assert_close).parameters["probabilistic"]
+    assert p.kind is p.KEYWORD_ONLY and p.default is False
+    assert "probabilistic" not in inspect.signature(lt.compare).parameters  # it checks nothing
+    bad = object()  # no array: these fail before it is read
+    with pytest.raises(TypeError, match="probabilistic must be True or False"):
+        lt.assert_close(bad, x=bad, eps=1e-5, probabilistic="yes")
+    with pytest.raises(TypeError, match="no meaning with max_ulp"):
+        lt.assert_close(bad, x=bad, eps=1e-5, probabilistic=True, max_ulp=1.0)
+    for op in ("group_norm", "layer_norm_backward"):
+        with pytest.raises(ValueError, match="probabilistic=True is a bound for layer_norm"):
+            lt.assert_close(bad, x=bad, eps=1e-5, op=op, wrt="x", probabilistic=True)
+
+
+def _unbiased(x, gamma, beta):
+    """The d - 1 variance: a two-pass float32 kernel that divides the squares by d - 1."""
+    xf, d = x.astype(np.float32), x.shape[-1]
+    t = xf - xf.mean(axis=-1, keepdims=True, dtype=np.float32)
+    var = np.sum(t * t, axis=-1, keepdims=True, dtype=np.float32) / np.float32(d - 1)
+    n = t * (np.float32(1) / np.sqrt(var + np.float32(1e-5)))
+    return (n * gamma.astype(np.float32) + beta.astype(np.float32)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=str)
+@pytest.mark.parametrize("family", ["normal", "cancelling_beta"])
+@pytest.mark.parametrize("rows", [16, 64])
+def test_probabilistic_catches_the_d_minus_1_variance_per_element_at_d_4096(dtype, family, rows):
+    x, g, b = lt.families(dtype, 4096, rows=rows)[family]
+    g = np.ones(4096, dtype) if g is None else g
+    b = np.zeros(4096, dtype) if b is None else b
+    a = _unbiased(x, g, b)
+    with pytest.raises(AssertionError, match="elements exceed their bound"):
+        lt.assert_close(a, x=x, gamma=g, beta=b, eps=1e-5, probabilistic=True)
+    if (dtype, family, rows) == (BF16, "normal", 64):  # what the worst case cannot see
+        assert lt.assert_close(a, x=x, gamma=g, beta=b, eps=1e-5).correctly_rounded < 0.99
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=str)
+def test_probabilistic_passes_correct_kernels_on_every_hard_family(dtype):
+    from lneps.book import kernel_zoo as kz
+
+    names = (
+        "two-pass, pairwise sums",
+        "Welford + Chan merges (PyTorch)",
+        "rsqrt always 2 ulp high",
+    )
+    for family, (x, g, b) in lt.families(dtype, 4096, rows=8).items():
+        for name in names:
+            y = kz.by_name(name).fn(x, g, b, 1e-5)
+            report = lt.assert_close(y, x=x, gamma=g, beta=b, eps=1e-5, probabilistic=True)
+            assert "probabilistic" in report.summary()
+        y = kz.by_name("RMS, sequential sum").fn(x, g, None, 1e-5)
+        lt.assert_close(y, x=x, gamma=g, eps=1e-5, op="rms_norm", probabilistic=True)

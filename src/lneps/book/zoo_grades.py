@@ -74,6 +74,8 @@ class Case:
     stats: tuple
     bound: np.ndarray
     test: ScaleTest
+    #: the probabilistic bound (``forward_bound(..., probabilistic=True)``), where asked for
+    bound_p: np.ndarray | None = None
 
 
 @functools.lru_cache(maxsize=8)
@@ -81,16 +83,18 @@ def _families(dtype, d, rows, seed):
     return lt.families(dtype, d, rows=rows, seed=seed)
 
 
-def _checks(op, x, g, b, eps, dtype, exact, stats, kernels=None):
+def _checks(op, x, g, b, eps, dtype, exact, stats, kernels=None, probabilistic=False):
     """The derived bound and the test across rows on one input: for the default classes, or
-    for ``kernels`` (a design's own)."""
+    for ``kernels`` (a design's own); with ``probabilistic``, the probabilistic bound too."""
     kw = dict(x=x, gamma=g, beta=b, eps=eps, exact=exact, stats=stats)
     cls = {} if kernels is None else {"kernels": kernels}
-    return forward_bound(op, **kw, **cls), ScaleTest(op, dtype=dtype, **kw, **cls)
+    bound_p = forward_bound(op, **kw, **cls, probabilistic=True) if probabilistic else None
+    return forward_bound(op, **kw, **cls), ScaleTest(op, dtype=dtype, **kw, **cls), bound_p
 
 
-def make_case(op, dtype, d, eps, family, rows=16, seed=0):
-    """The :class:`Case` for one point of the grid (None where the family does not exist)."""
+def make_case(op, dtype, d, eps, family, rows=16, seed=0, probabilistic=False):
+    """The :class:`Case` for one point of the grid (None where the family does not exist);
+    ``probabilistic``: with the probabilistic bound as well."""
     fam = _families(np.dtype(dtype), d, rows, seed).get(family)
     if fam is None:
         return None
@@ -105,32 +109,43 @@ def make_case(op, dtype, d, eps, family, rows=16, seed=0):
         else:
             y, rstd = lneps.rms_norm(x64, g, eps=eps, return_stats=True)
             stats = (rstd,)
-    bound, test = _checks(op, x, g, b, eps, dtype, y, stats)
-    return Case(op, np.dtype(dtype), d, eps, family, x, g, b, y, stats, bound, test)
+    bound, test, bound_p = _checks(op, x, g, b, eps, dtype, y, stats, probabilistic=probabilistic)
+    return Case(op, np.dtype(dtype), d, eps, family, x, g, b, y, stats, bound, test, bound_p)
 
 
 def grade_case(kernel, case):
     """One kernel on one case: dict with the worst error-to-bound ratio, whether the per-element
-    bound and the systematic test caught it, and the systematic test's result."""
+    bound and the systematic test caught it, and the systematic test's result; where the case
+    has the probabilistic bound, the worst ratio to it (``ratio_p``) and whether it caught the
+    kernel (``bound_p``)."""
     with np.errstate(all="ignore"):
         a = kernel.fn(case.x, case.gamma, case.beta, case.eps)
     err = scaled_error(a, case.exact, case.gamma, case.dtype)
-    bound, test = case.bound, case.test
+    bound, test, bound_p = case.bound, case.test, case.bound_p
     if kernel.classes:  # a design: graded against its own class, bound and test across rows
         c = case
-        bound, test = _checks(
-            c.op, c.x, c.gamma, c.beta, c.eps, c.dtype, c.exact, c.stats, kernel.classes
+        bound, test, bound_p = _checks(
+            c.op,
+            c.x,
+            c.gamma,
+            c.beta,
+            c.eps,
+            c.dtype,
+            c.exact,
+            c.stats,
+            kernel.classes,
+            probabilistic=bound_p is not None,
         )
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0, 0.0, err / bound)
-    over = err > bound
     sb = test.check(a)
-    return dict(
-        ratio=float(np.nanmax(ratio)) if ratio.size else 0.0,
-        bound=bool(over.any()),
-        systematic=sb.verdict == "fail",
-        scale=sb,
-    )
+    out = dict(systematic=sb.verdict == "fail", scale=sb)
+    for key, b in (("", bound), ("_p", bound_p)):
+        if b is None:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(err == 0, 0.0, err / b)
+        out["ratio" + key] = float(np.nanmax(ratio)) if ratio.size else 0.0
+        out["bound" + key] = bool((err > b).any())
+    return out
 
 
 @_kept_in_cache
@@ -142,13 +157,17 @@ def grade(
     rows=16,
     zoo=ZOO,
     seed=0,
+    probabilistic=False,
 ):
     """Grade every kernel of ``zoo`` on every case of the grid (its op; the families of
     :func:`lneps.testing.families`, all by default): a list of dicts, one per kernel, with
     name, kind, op, ``passed`` (neither check fired anywhere), ``worst_ratio`` (the largest
     error-to-bound ratio), ``caught_by`` ("bound", "systematic", both, or "" if neither) and
     ``cases``/``caught`` (how many cases, how many caught), and ``suspects`` (the systematic
-    test's suspects, most frequent first)."""
+    test's suspects, most frequent first). With ``probabilistic``, each row also has, against
+    :func:`lneps.testing.forward_bound`'s probabilistic bound with the same test across rows,
+    ``worst_ratio_p``, ``bound_p`` (cases the probabilistic bound caught) and ``caught_p``
+    (cases either check caught)."""
     out = {
         k.name: dict(
             name=k.name,
@@ -160,6 +179,9 @@ def grade(
             bound=0,
             systematic=0,
             suspects={},
+            worst_ratio_p=0.0,
+            bound_p=0,
+            caught_p=0,
         )
         for k in zoo
     }
@@ -169,7 +191,9 @@ def grade(
                 names = families or list(_families(np.dtype(dt), d, rows, seed))
                 for eps in eps_values:
                     for fam in names:
-                        case = make_case(op, dt, d, eps, fam, rows=rows, seed=seed)
+                        case = make_case(
+                            op, dt, d, eps, fam, rows=rows, seed=seed, probabilistic=probabilistic
+                        )
                         if case is None:
                             continue
                         for k in zoo:
@@ -182,6 +206,10 @@ def grade(
                             row["bound"] += g["bound"]
                             row["systematic"] += g["systematic"]
                             row["caught"] += g["bound"] or g["systematic"]
+                            if probabilistic:
+                                row["worst_ratio_p"] = max(row["worst_ratio_p"], g["ratio_p"])
+                                row["bound_p"] += g["bound_p"]
+                                row["caught_p"] += g["bound_p"] or g["systematic"]
                             if g["scale"].suspect:
                                 row["suspects"][g["scale"].suspect] = (
                                     row["suspects"].get(g["scale"].suspect, 0) + 1

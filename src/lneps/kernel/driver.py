@@ -154,7 +154,14 @@ class _Block:
         kind, g, b = self.kind, self.g, self.b
         split = split if split is not None and split.any() else None
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            x = xin.astype(np.float64) if self.single else None
+            x = None
+            if self.single and A is None and self.est is not None and not self.g.extreme:
+                # every row here: y is computed in the estimate's own rows (_write then skips
+                # the copy)
+                x = self.est
+                x[...] = xin
+            elif self.single:
+                x = xin.astype(np.float64)
             if kind == "layer":
                 S = np.zeros(n)
                 Sp = None if split is None else [np.zeros(int(split.sum())), np.zeros(int(split.sum()))]
@@ -221,7 +228,7 @@ class _Block:
             self.yout[:, c0:c1] = out
         else:
             self.yout[A, c0:c1] = out
-        if self.est is not None:
+        if self.est is not None and not (A is None and y is self.est):  # else written already
             # an element left to the exact tier keeps its estimate, and its bound, except where a
             # gain beyond 2^+-600 may have overflowed or underflowed the products
             if self.g.extreme:

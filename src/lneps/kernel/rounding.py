@@ -69,7 +69,8 @@ def near_boundary(y: np.ndarray, dtype, *, rel=None, delta=None) -> np.ndarray:
         low = (b & np.uint64((1 << k) - 1)).astype(np.int64)
         flag = (np.abs(low - half) <= ulps) | (ulps >= half // 4)
     # Exponent fields below the format's normal range (zero included), or inf/NaN: checked apart.
-    e = b & np.uint64(0x7FF0000000000000)
+    # (In low's buffer where it is one: a fresh array of this size costs page faults too.)
+    e = np.bitwise_and(b, np.uint64(0x7FF0000000000000), out=low if low.dtype == b.dtype else None)
     e_tiny = np.float64(2.0**f.emin).view(np.uint64)
     e -= e_tiny
     special = e >= np.uint64(0x7FF0000000000000) - e_tiny

@@ -13,6 +13,7 @@ from ...kernel.rounding import FAST_FORMATS, near_boundary
 from ...oracle import round_float64
 from .arguments import as_numpy, reduced_axes
 from .arguments import DEFAULT, Graded
+from .kernel_classes import Fmt
 
 
 def _is_midpoint(e, dt):
@@ -75,19 +76,40 @@ def _compact(s):
     return s[tuple(slice(0, 1) if st == 0 else slice(None) for st in s.strides)]
 
 
-def errors_of(a64, e, r, s, dt, r_finite=False):
+def scratch(workspace, name, shape, dtype=np.float64):
+    """An uninitialized array of ``shape``: a view of the buffer ``name`` of ``workspace`` (a
+    dict that one :func:`lneps.testing.assert_close` call keeps across its blocks, grown as
+    needed), or a new array where ``workspace`` is None. A fresh array of a block's size costs
+    its page faults again block after block (the allocator hands such arrays back to the system
+    when they are freed); a buffer is faulted in once. Whatever a block keeps must be copied
+    before the next block reuses the buffer."""
+    if workspace is None:
+        return np.empty(shape, dtype=dtype)
+    n = int(np.prod(shape))
+    buf = workspace.get(name)
+    if buf is None or buf.size < n or buf.dtype != dtype:
+        buf = workspace[name] = np.empty(n, dtype=dtype)
+    return buf[:n].reshape(shape)
+
+
+def errors_of(a64, e, r, s, dt, r_finite=False, workspace=None):
     """``(diff, ulp error, scaled error, finite)``: float64 arrays (a NaN or infinity counts 0
     where it equals r and infinitely far otherwise), and whether a64 and r are all finite
-    (``r_finite``: r is known to be)."""
+    (``r_finite``: r is known to be). ``workspace``: :func:`scratch`'s, for the three arrays."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        diff = np.subtract(a64, e)
+        diff = np.subtract(a64, e, out=scratch(workspace, "diff", np.shape(e)))
         np.abs(diff, out=diff)
-        if np.isfinite(diff).all() and (
+        # the largest |a - e| is finite only if every one is (a NaN propagates): one pass
+        if np.isfinite(diff.max(initial=0.0)) and (
             r_finite or np.isfinite(r).all()
         ):  # the usual case, in fewer passes
-            ue = ulp(e, dt)
+            fmt = Fmt(dt)
+            # e is finite here: lneps.formats.ulp in 3 passes (the sign bit masked)
+            ue = fmt.ulp(e, out=scratch(workspace, "err", np.shape(e)))
             # ulp is monotone in |v|: ulp(max(|e|, s)) = max(ulp(e), ulp(s)), s's ulp on s's own shape
-            scaled = np.maximum(ue, ulp(_compact(s), dt))
+            scaled = np.maximum(
+                ue, ulp(_compact(s), dt), out=scratch(workspace, "scaled", np.shape(e))
+            )
             np.divide(diff, scaled, out=scaled)
             err = np.divide(diff, ue, out=ue)
             return diff, err, scaled, True
@@ -262,13 +284,17 @@ def _estimated(call, rows, xa, a):
     estimate: a gain beyond :math:`2^{\pm 600}`, or a row holding inf or NaN) are measured
     exactly instead, and get δ = 0."""
     dt = call.dt
+    call_ws = getattr(call, "workspace", None)  # assert_close's buffers (scratch)
     with np.errstate(over="ignore", invalid="ignore"):
         y, e, mean, rstd, E = call.f.estimate(xa)
         if e.shape != a.shape:  # the exact path says what is wrong
             return measure_exact(call, rows)
         # delta per normalized slice: 2 (E |e - beta| + u |e|) at its largest
         axes = reduced_axes(-1 if call.axis is None else call.axis, a.ndim)
-        emax = np.max(np.abs(e), axis=axes, keepdims=True, initial=0.0)
+        # max |e| per slice, without a temporary |e| (a NaN propagates through both)
+        emax = np.maximum(
+            np.max(e, axis=axes, keepdims=True), -np.min(e, axis=axes, keepdims=True)
+        )
         delta = emax * (2 * (E + _U))
         if call.beta is not None:
             delta += (2 * E) * float(np.max(np.abs(call.beta), initial=0.0))
@@ -280,13 +306,14 @@ def _estimated(call, rows, xa, a):
         else:
             undecided |= near_boundary(e, dt, delta=delta)
             rd = to_format(e, dt)
-        r = rd.astype(np.float64)
+        r = scratch(call_ws, "r", rd.shape)
+        r[...] = rd
         # ulp(e) differs from ulp(e^) only if a power of two lies between them: r is one, and e^ is
         # within delta of it (read off r's bits in its own format: the fraction field is 0)
         fraction = (1 << (format_of(dt).p - 1)) - 1  # the fraction field's bits
         pow2 = (rd.view(f"u{dt.itemsize}") & fraction) == 0
         if pow2.any():
-            P = np.nonzero(pow2)
+            P = np.unravel_index(np.flatnonzero(pow2), a.shape)  # np.nonzero's, far cheaper
             undecided[P] |= (
                 np.abs(np.abs(e[P]) - np.abs(r[P])) <= np.broadcast_to(delta, a.shape)[P]
             )
@@ -300,10 +327,11 @@ def _estimated(call, rows, xa, a):
         delta = np.array(np.broadcast_to(delta, (a.shape[0],) + delta.shape[1:]))
         delta[redo] = 0.0
     s = _scale(call.scale, call.gamma, call.op, call.axis, a.shape)
-    a64 = a.astype(np.float64)
+    a64 = scratch(call_ws, "a64", a.shape)
+    a64[...] = a
     # every r is finite when every |e| is below the format's largest number (ties round down to it)
     r_finite = bool(np.max(emax, initial=0.0) <= format_of(dt).largest)
-    diff, err, scaled, finite = errors_of(a64, e, r, s, dt, r_finite=r_finite)
+    diff, err, scaled, finite = errors_of(a64, e, r, s, dt, r_finite=r_finite, workspace=call_ws)
     return Graded(
         **{
             **call.__dict__,

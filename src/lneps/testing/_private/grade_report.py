@@ -191,7 +191,10 @@ class Summary:
             return
         self.n += n
         if getattr(gr, "finite", False):
-            self.same += int(np.count_nonzero(gr.a64 == gr.r))
+            not_same = getattr(gr, "not_same", None)  # counted by deferred_bound.floored
+            self.same += n - not_same if not_same is not None else int(
+                np.count_nonzero(gr.a64 == gr.r)
+            )
         else:
             self.same += int(((gr.a64 == gr.r) | (np.isnan(gr.a64) & np.isnan(gr.r))).sum())
         self.zero += int(np.count_nonzero(gr.e == 0))
@@ -199,6 +202,9 @@ class Summary:
         estimated = getattr(gr, "delta", None) is not None
         for key in ("err", "scaled", "diff"):
             v = getattr(gr, key)
+            # the largest first (cheaper than its index): a NaN never beats the worst, as before
+            if not v.max() > self.worst[key][0]:
+                continue
             i = int(np.argmax(v))
             if v.flat[i] > self.worst[key][0]:
                 idx = np.unravel_index(i, v.shape)

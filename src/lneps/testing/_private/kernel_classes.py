@@ -61,7 +61,8 @@ class Fmt:
         self.big = f.largest
 
     def ulp(self, v, out=None):
-        """ulp of v >= 0 (float64 array; inf or nan give inf), as :func:`lneps.formats.ulp`."""
+        """ulp of |v| (float64 array, the sign bit masked out; inf or nan give inf), as
+        :func:`lneps.formats.ulp`."""
         out = np.empty_like(v) if out is None else out
         np.bitwise_and(
             v.view(np.int64), _EXPONENT, out=out.view(np.int64)
@@ -74,6 +75,54 @@ def gamma_n(n, u):
     """Higham's :math:`\\gamma_n = nu/(1-nu)`: the worst relative error of n roundings with unit
     roundoff u."""
     return n * u / (1 - n * u)
+
+
+#: The probabilistic bound's chance of failing, per sum (``probabilistic=True``): 2^-40.
+SUM_FAILURE = 2.0**-40
+
+
+def gamma_tilde(n, u, delta=SUM_FAILURE):
+    r"""Higham and Mary's probabilistic :math:`\tilde\gamma_n(\lambda) = \exp(\lambda\sqrt n\,u
+    + nu^2/(1-u)) - 1` ("A new approach to probabilistic rounding error analysis", SIAM J. Sci.
+    Comput. 41(5), 2019), with :math:`\lambda =
+    \sqrt{2\ln(2n/\delta)}/(1-u)`: where the n rounding errors of a computation are independent
+    random variables of mean zero (their model), the product of the n factors
+    :math:`(1+\delta_k)^{\pm 1}` lies within :math:`1 \pm \tilde\gamma_n` with probability at
+    least :math:`1 - 2n\exp(-\lambda^2(1-u)^2/2) = 1 - \delta`. Never above
+    :func:`gamma_n`, the worst case, which holds for any rounding errors.
+
+    >>> round(gamma_tilde(4101, 2.0**-24) / 2.0**-24)  # lambda = 8.6, sqrt(n) = 64: not 4101 u
+    549
+    >>> gamma_tilde(3, 2.0**-24) == gamma_n(3, 2.0**-24)
+    True
+    """
+    lam = math.sqrt(2 * math.log(2 * n / delta)) / (1 - u)
+    return min(math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u)), gamma_n(n, u))
+
+
+#: The probabilistic bound applies to a row only where its addends vary by at least this many
+#: ulps of the sum's total (:func:`random_rows`).
+MODEL_SPREAD = 16
+
+
+def random_rows(op, d, acc, M, rstd, q, q4):
+    r"""Per row (B, 1), whether its sums' roundings may be taken as independent and of mean
+    zero (Higham and Mary's model, :func:`gamma_tilde`): the addends must vary by at least
+    :data:`MODEL_SPREAD` ulps of the sum's total, about :math:`d u` times their mean size, so
+    that the partial sums' last bits do not repeat. For layer norm the sum of x: its standard
+    deviation :math:`\sqrt q/r` at least :math:`16\,d u \operatorname{mean}|x|`; for both ops
+    the sum of squares: the spread :math:`\sqrt{\operatorname{mean} z^4 - q^2}` of
+    :math:`z^2` at least :math:`16\,d u\,q` (q = mean :math:`z^2`, z the normalized row).
+    A constant or nearly constant row, a row whose offset dwarfs its spread, a row of values
+    of one magnitude (the midpoint family) fails it and keeps the worst case
+    :func:`gamma_n`: there a sequential sum's roundings can all lean one way, as the zoo
+    measures (the appendix "How the tolerance is derived and checked")."""
+    c = MODEL_SPREAD * d * ACC[acc]["u"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.sqrt(np.fmax(q4 - q * q, 0.0)) >= c * q
+        if op == "layer_norm":
+            ok &= M * rstd * c <= np.sqrt(q)  # the standard deviation is sqrt(q) / r
+    return ok & (q > 0)
 
 
 def _R(rho_lo, rho_hi, psi):
@@ -130,13 +179,42 @@ def _design_lines(classes, base, R, D, u, k, eta, u_in):
     return out
 
 
-def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_lines=True, u_in=0.0):
-    """Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
+def row_stats(
+    op,
+    rstd,
+    d,
+    acc,
+    eps_hat,
+    with_x,
+    classes=KERNEL_CLASSES,
+    need_lines=True,
+    u_in=0.0,
+    probabilistic=False,
+):
+    r"""Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
     list per class, the bound being max over classes of min over the class's lines; and the
     largest D and rho_+ over the classes (without the lines if not ``need_lines``). ``u_in``:
-    the input format's unit roundoff, for :data:`DESIGN_CLASSES`."""
+    the input format's unit roundoff, for :data:`DESIGN_CLASSES`. ``probabilistic``: the
+    errors that grow with d (the sums of the mean and of the squares, Welford's running
+    updates) take :func:`gamma_tilde` (about :math:`\lambda\sqrt d\,u`) for :func:`gamma_n`
+    (:math:`d u`), on every row (True) or on the rows a (B, 1) boolean array marks
+    (:func:`random_rows`); the rest, the reciprocal square root's bias and the caps, stay worst
+    cases."""
     A = ACC[acc]
     u, eta, nu = A["u"], A["eta"], A["nu"]
+    rand = probabilistic  # False, True, or per row (B, 1): where the model is taken to hold
+
+    def either(worst, n):  # the worst case, or the probabilistic bound where the model holds
+        if np.ndim(rand) == 0:
+            return gamma_tilde(n, u) if rand else worst
+        return np.where(rand, gamma_tilde(n, u), worst)
+
+    def g_sum(n, u):  # the sums' error, growing with d
+        return either(gamma_n(n, u), n)
+
+    def n_u(n):  # n u, first order (Welford's terms)
+        return either(n * u, n)
+
     psi = gamma_n(5, u)
     r = rstd * (1 + 2.0**-40)
     root_eps = math.sqrt(eps_hat * (1 - u)) if eps_hat > 0 else 0.0
@@ -149,7 +227,7 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
             return (1 + f / r, f * dmu)
 
     if op == "rms_norm":
-        rho = gamma_n(d + 3, u) + nu * r * r
+        rho = g_sum(d + 3, u) + nu * r * r
         cls = [_line(_R(rho, rho, psi), 0.0, u, 1, eta)] if need_lines else []
         if eps_hat >= A["cap_eps"]:
             cls.append(
@@ -168,10 +246,10 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
     M, X, m, q = with_x
     lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
     # T: two-pass, any order
-    dmu_T = gamma_n(d + 1, u) * M + eta
+    dmu_T = g_sum(d + 1, u) * M + eta
     D_T = dmu_T * r
-    rlo_T = gamma_n(d + 5, u) + nu * r * r
-    rhi_T = rlo_T + (1 + gamma_n(d + 5, u)) * D_T * D_T
+    rlo_T = g_sum(d + 5, u) + nu * r * r
+    rhi_T = rlo_T + (1 + g_sum(d + 5, u)) * D_T * D_T
     cls_T = [_line(_R(rlo_T, rhi_T, psi), D_T, u, 2, eta)] if need_lines else []
     if eps_hat >= A["cap_eps"]:
         cls_T.append(
@@ -182,14 +260,15 @@ def row_stats(op, rstd, d, acc, eps_hat, with_x, classes=KERNEL_CLASSES, need_li
         cls_T.append(cap)
     # W: Welford, Chan's merges
     cX = 3 * (2 + lnd) + 7 * l2d
-    E_W = (u * (d * M + cX * X) + (d + cX) * eta) * (1 + gamma_n(2 * d + cX, u))
+    # Welford's mean: step k's rounding reaches the end scaled by k/d (a sum of d terms)
+    E_W = (n_u(d) * M + u * cX * X + (d + cX) * eta) * (1 + g_sum(2 * d + cX, u))
     D_W = E_W * r
     first = (
-        2 * u * (d - 1) * q
+        2 * n_u(d - 1) * q
         + 6 * u * math.sqrt(2 * (1 + lnd)) * q
         + (4 / 3) * u * np.abs(m) * r * (d + 1) ** 1.5 / d * np.sqrt(q)
     )
-    rlo_W = gamma_n(d + 5, u) + (1 + gamma_n(d + 5, u)) * first + nu * r * r
+    rlo_W = g_sum(d + 5, u) + (1 + g_sum(d + 5, u)) * first + nu * r * r
     rhi_W = rlo_W + (4 + l2d) * (1 + gamma_n(d + 5, u)) * D_W * D_W
     cls_W = [_line(_R(rlo_W, rhi_W, psi), D_W, u, 2, eta)] if need_lines else []
     # |t_i| <= 3.968 sqrt(M2) + c_abs u X: a running or merged mean moves by at most twice its

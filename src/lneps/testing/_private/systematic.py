@@ -84,7 +84,7 @@ import numpy as np
 
 from ...formats import format_of
 from .arguments import as_numpy
-from .forward_error import block_rows, prepare
+from .forward_error import abs_mean_max, block_rows, prepare
 from .kernel_classes import ACC, DESIGN_CLASSES, Fmt, check_kernels, gamma_n, row_stats
 
 __all__ = ["ScaleBias", "ScaleTest", "scale_bias", "LAMBDA", "FALSE_ALARM", "MIN_ROWS"]
@@ -464,9 +464,7 @@ def _row_pass(P, a2, keep_w, block):
             layer = op == "layer_norm"
             if layer:
                 mean = P["mean"][r0:r1]
-                ax = np.abs(xb)
-                M, X = ax.mean(axis=1, keepdims=True), ax.max(axis=1, keepdims=True)
-                del ax
+                M, X = abs_mean_max(P["x2"][r0:r1], xb)
                 xb -= mean
             xb *= rstd
             z = xb
@@ -490,7 +488,7 @@ def _row_pass(P, a2, keep_w, block):
             # rows where most addends are tiny next to the total (a few elements dominate, the
             # rest alike: their roundings are not random): not eligible
             swamped = np.count_nonzero(zz < 8 * u * Z2[:, None], axis=1) > 0.25 * d
-            del zz, small
+            del small  # zz's buffer is reused for y w below (a block-sized array the fewer)
             # runs of equal addends (many elements far below the mean, so that x - mu rounds
             # to -mu, or a value repeated): their roundings repeat too: not eligible
             zq = z.astype(accf.dt)
@@ -543,13 +541,15 @@ def _row_pass(P, a2, keep_w, block):
             )
             if u_out:
                 # elements of one significand and gain round alike: one random error per group
-                sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
+                yw = np.multiply(y, w, out=zz)
+                sig = np.hypot(sig, u_out * _grouped_norm(P["x2"][r0:r1], column, yw) / W)
             if "stats_in_input_format" in P["design"]:  # rstd rounded once per row: a scale of
                 sig = np.hypot(
                     sig, P["u_in"]
                 )  # mean zero within u_in (the mean's is projected out)
             if "cast_then_weighted" in P["design"]:  # the normalized value rounded once more
-                sig = np.hypot(sig, P["u_in"] * _grouped_norm(P["x2"][r0:r1], column, y * w) / W)
+                yw = np.multiply(y, w, out=zz)
+                sig = np.hypot(sig, P["u_in"] * _grouped_norm(P["x2"][r0:r1], column, yw) / W)
             if layer:
                 sig = np.hypot(sig, u * (1 + np.abs(mean[:, 0]) * r))
                 An = 0.5 * (4 + math.log2(d)) * D * D
@@ -590,15 +590,19 @@ def _grouped_norm(x, column, v):
     :math:`\|v\|`, and keeps the output rounding's random part honest; a layer norm's
     subtraction of the mean only makes the errors less alike."""
     rows, d = v.shape
-    bits = np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}").astype(np.int64)
     p = format_of(x.dtype).p
-    bits &= (1 << (p - 1)) - 1  # the fraction field: the significand
+    uint = np.dtype(f"u{x.dtype.itemsize}").type
+    # the fraction field (the significand), taken in x's own width, then widened once
+    key = (np.ascontiguousarray(x).view(uint) & uint((1 << (p - 1)) - 1)).astype(np.int64)
     codes = int(column.max(initial=0)) + 1
-    key = bits * codes + column
+    if codes > 1:
+        key *= codes
+        key += column
     kinds = codes << (p - 1)  # how many keys a row can hold
     if rows * kinds <= 1 << 22:  # few (16-bit inputs, one gain or few): count them, no sort
-        flat = (np.arange(rows, dtype=np.int64)[:, None] * kinds + key).ravel()
-        sums = np.bincount(flat, weights=v.ravel(), minlength=rows * kinds).reshape(rows, kinds)
+        key += np.arange(0, rows * kinds, kinds, dtype=np.int64)[:, None]
+        sums = np.bincount(key.ravel(), weights=v.ravel(), minlength=rows * kinds)
+        sums = sums.reshape(rows, kinds)
         return np.sqrt(np.einsum("ij,ij->i", sums, sums))
     order = np.argsort(key, axis=1, kind="stable")
     ks = np.take_along_axis(key, order, axis=1)
