@@ -109,14 +109,13 @@ def test_the_d_minus_1_variance_with_and_without_the_probabilistic_bound(g):
         lt.assert_close(a, x=x, gamma=gamma, beta=beta, eps=1e-5, probabilistic=True)
 
 
-def test_where_the_probabilistic_model_reaches_least(g):
+def test_the_design_passes_its_class_on_rows_of_tiny_spread(g):
     # the design that stores its statistics in float16, against its own class, on lneps.families'
-    # rows of tiny spread: more false alarms with probabilistic=True than without
-    assert (g["tiny_default"], g["tiny_prob"], g["tiny_cases"]) == (1, 3, 4)
+    # rows of tiny spread (a mean near 0 stored as a subnormal): no false alarm either way
+    assert (g["tiny_default"], g["tiny_prob"], g["tiny_cases"]) == (0, 0, 4)
     k = kz.by_name("statistics stored in the input format")
-    x, gamma, beta = families(np.float16, 1024, rows=8, kinds="all")["sd_1e-3"]
+    x, gamma, beta = families(np.float16, 1024, rows=8, kinds="all")["sd_1e-4"]
     a = k.fn(x, gamma, beta, 1e-5)
     kw = dict(x=x, gamma=gamma, beta=beta, eps=1e-5, kernels=k.classes)
     lt.assert_close(a, **kw)
-    with pytest.raises(AssertionError, match="exceed their bound"):
-        lt.assert_close(a, **kw, probabilistic=True)
+    lt.assert_close(a, **kw, probabilistic=True)

@@ -194,3 +194,20 @@ def test_the_probabilistic_bound_lies_between_the_model_and_the_worst_case():
         lt.forward_bound("layer_norm", x=c, eps=1e-5, probabilistic=True),
         lt.forward_bound("layer_norm", x=c, eps=1e-5),
     )
+
+
+@pytest.mark.parametrize("name", list(DESIGNS))
+def test_a_design_passes_its_own_class_on_rows_that_round_its_statistics_to_subnormals(name):
+    # float16 rows of variance at or below eps (sd 1e-4 and 1e-3: a mean near 0 stored as a
+    # float16 subnormal), and Llama's product gamma * cast value underflowing to a subnormal
+    # (cancelling_beta's gains at d = 8192): the design's own rounding, which its class allows
+    fn, op = DESIGNS[name]
+    fams = lt.families(np.float16, 1024, rows=8, kinds="all")
+    cases = [fams[f] for f in ("sd_1e-3", "sd_1e-4")]
+    cases.append(lt.families(np.float16, 8192, rows=8)["cancelling_beta"])
+    for x, g, b in cases:
+        b = None if op == "rms_norm" else b
+        with np.errstate(all="ignore"):
+            y = fn(x, g, b, 1e-5)
+        for probabilistic in (False, True):
+            assert not _fails(y, x, g, b, op, kernels=(name,), probabilistic=probabilistic)

@@ -203,7 +203,8 @@ def bound_floor(
         # probabilistic on every row: below the bound that keeps the worst case on some rows
         rand = probabilistic
         lines, _ = row_stats(
-            op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"], probabilistic=rand
+            op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"], eta_in=P["eta_in"],
+            probabilistic=rand
         )
         floor = None
         for cls in lines:

@@ -136,9 +136,13 @@ def prepare(op, x, gamma, beta, eps, dtype, axis, exact, stats):
         return np.moveaxis(out2.reshape(back_shape), last, axes)
 
     eps_hat = float(np.asarray(e_, dtype=accdt))
-    u_in = 0.0 if xa.dtype == np.float64 else format_of(xa.dtype).u  # for DESIGN_CLASSES
+    # for DESIGN_CLASSES: the input format's unit roundoff, and half its smallest subnormal (a
+    # statistic stored there, a mean near 0, rounds to a multiple of the smallest subnormal)
+    u_in = 0.0 if xa.dtype == np.float64 else format_of(xa.dtype).u
+    eta_in = 0.0 if xa.dtype == np.float64 else format_of(xa.dtype).tiny / 2
     return dict(
         u_in=u_in,
+        eta_in=eta_in,
         xa=xa,
         x2=rows(xa),
         y2=rows(ex),
@@ -276,6 +280,8 @@ def forward_bound(
     d, dt, acc, x2, y2, g = P["d"], P["dt"], P["acc"], P["x2"], P["y2"], P["g"]
     A = ACC[acc]
     u, eta = A["u"], A["eta"]
+    if "cast_then_weighted" in classes:  # gamma times the cast value, rounded in the input
+        eta = eta + P["eta_in"]  # format: half a subnormal step where the product underflows
     fmt, accf = Fmt(dt), Fmt(np.float64 if acc == 64 else np.float32)
     nrows = x2.shape[0]
     out = np.empty((nrows, d), dtype=np.float64)
@@ -305,7 +311,8 @@ def forward_bound(
             q = np.fmin(q, 1.0)
             with_x = (M, X, mean, q) if op == "layer_norm" else None
             lines, info = row_stats(
-                op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"], probabilistic=rand
+                op, rstd, d, acc, P["eps_hat"], with_x, classes, u_in=P["u_in"], eta_in=P["eta_in"],
+                probabilistic=rand
             )
             lines = [[(a * (1 + 2.0**-40), b) for a, b in cls] for cls in lines]
             lines = prune(lines, core.max(axis=1, keepdims=True))

@@ -165,17 +165,19 @@ def check_kernels(kernels) -> tuple:
     return classes
 
 
-def _design_lines(classes, base, R, D, u, k, eta, u_in):
+def _design_lines(classes, base, R, D, u, k, eta, u_in, eta_in):
     """The lines of the design classes asked for, from a two-pass class's R and D (``base``:
     its lines). Stored in the input format (unit roundoff ``u_in``), rstd is off by a further
     factor within (1 + u_in) and the mean by u_in |mean| (``D`` includes it); cast to the input
-    format and then weighted there, the normalized value takes two more roundings of u_in."""
+    format and then weighted there, the normalized value takes two more roundings of u_in, the
+    cast an absolute ``eta_in`` more where it underflows (the product's own underflow is added
+    with the accumulation's, in :func:`lneps.testing.forward_bound`)."""
     out = []
     if "stats_in_input_format" in classes:
         out.append([_line((1 + R) * (1 + u_in) - 1, D, u, k, eta)])
     if "cast_then_weighted" in classes:
         grow = (1 + u_in) ** 2
-        out.append([((1 + a) * grow - 1, b * grow) for a, b in base])
+        out.append([((1 + a) * grow - 1, b * grow + eta_in * (1 + u_in)) for a, b in base])
     return out
 
 
@@ -189,12 +191,14 @@ def row_stats(
     classes=KERNEL_CLASSES,
     need_lines=True,
     u_in=0.0,
+    eta_in=0.0,
     probabilistic=False,
 ):
     r"""Per-row coefficients (each (B, 1)) of the classes' lines: a list of lists of (a, b), one
     list per class, the bound being max over classes of min over the class's lines; and the
     largest D and rho_+ over the classes (without the lines if not ``need_lines``). ``u_in``:
-    the input format's unit roundoff, for :data:`DESIGN_CLASSES`. ``probabilistic``: the
+    the input format's unit roundoff, and ``eta_in`` half its smallest subnormal, for
+    :data:`DESIGN_CLASSES`. ``probabilistic``: the
     errors that grow with d (the sums of the mean and of the squares, Welford's running
     updates) take :func:`gamma_tilde` (about :math:`\lambda\sqrt d\,u`) for :func:`gamma_n`
     (:math:`d u`), on every row (True) or on the rows a (B, 1) boolean array marks
@@ -241,7 +245,7 @@ def row_stats(
             cls.append(cap)
         out = [cls] if any(c in KERNEL_CLASSES for c in classes) else []
         if need_lines:
-            out += _design_lines(classes, cls, _R(rho, rho, psi), 0.0, u, 1, eta, u_in)
+            out += _design_lines(classes, cls, _R(rho, rho, psi), 0.0, u, 1, eta, u_in, eta_in)
         return out, dict(rho_max=np.broadcast_to(rho, r.shape), D=np.zeros_like(r))
     M, X, m, q = with_x
     lnd, l2d = math.log(d), math.ceil(math.log2(d)) if d > 1 else 0
@@ -305,8 +309,10 @@ def row_stats(
         rho_max = np.fmax(rho_max, rho_O)
         D = np.fmax(D, D_O)
     if need_lines and any(c in DESIGN_CLASSES for c in classes):
-        D_S = (dmu_T + u_in * (np.abs(m) + dmu_T)) * r  # the mean stored: u_in |mean| more
-        lines += _design_lines(classes, cls_T, _R(rlo_T, rhi_T, psi), D_S, u, 2, eta, u_in)
+        # the mean stored in the input format: u_in |mean| more, or half a subnormal step where
+        # it rounds to a subnormal (a row of variance near or below eps, near 0 in float16)
+        D_S = (dmu_T + u_in * (np.abs(m) + dmu_T) + eta_in) * r
+        lines += _design_lines(classes, cls_T, _R(rlo_T, rhi_T, psi), D_S, u, 2, eta, u_in, eta_in)
     return lines, dict(rho_max=rho_max, D=D, D_T=D_T, D_W=D_W)
 
 
