@@ -198,10 +198,7 @@ def _write(folder: Path, arrays: dict, meta: dict) -> None:
     result_cache.write_folder(folder, write)
 
 
-_FROM_ENV = result_cache.FROM_ENV
-
-
-def measure(sentences, *, model=None, cache_dir=_FROM_ENV, subset_step: int = 10,
+def measure(sentences, *, model=None, cache_dir=result_cache.FROM_ENV, subset_step: int = 10,
             write: bool = True) -> Measurements:
     """Measure all-MiniLM-L6-v2 on ``sentences`` (see the module docstring).
 

@@ -542,7 +542,7 @@ def compare(
     seeds = sorted(set(by_a) & set(by_b))
     if not seeds:
         raise ValueError("the two configurations share no seed")
-    c = paired(
+    return paired(
         [f(by_a[s]) for s in seeds],
         [f(by_b[s]) for s in seeds],
         metric=metric,
@@ -550,5 +550,5 @@ def compare(
         a=label_a,
         b=label_b,
         seeds=seeds,
+        min_draws=min_draws,
     )
-    return replace(c, min_draws=int(min_draws))
